@@ -1,0 +1,130 @@
+"""Every error Waypoint raises, under one root.
+
+    WaypointError
+    ├── GraphBuildError            the graph is malformed (raised by the builder or compile())
+    ├── GraphRunError              a run went wrong outside any single node's code
+    │   ├── MaxStepsExceeded       a Pregel run took more supersteps than max_steps
+    │   ├── MaxIterationsExceeded  an agent loop took more model turns than max_iterations
+    │   └── GraphMismatch          a checkpoint was written by a different graph
+    ├── NodeError                  a node raised; .node_path names it, __cause__ is the original
+    ├── GraphInterrupted           the run paused; .checkpoint_id and .info say where and why
+    ├── CheckpointError            something about stored checkpoints
+    │   ├── CheckpointConflict     someone else wrote this run first (stale version / live lease)
+    │   ├── CheckpointExists       new input given to a run that is paused
+    │   ├── CheckpointNotFound     no such checkpoint
+    │   ├── CheckpointCorrupted    stored bytes fail their checksum or do not decode
+    │   └── UnknownInterrupt       resume named an interrupt that is not pending
+    └── SerializationError         a value cannot be written by the codec
+
+The interrupt signals a node raises (`Interrupt`, …) are *not* errors: they live in
+`interrupts.py` and derive from `BaseException` so that `except Exception` in user code
+cannot swallow them (see docs/decisions.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = [
+    "WaypointError",
+    "GraphBuildError",
+    "GraphRunError",
+    "MaxStepsExceeded",
+    "MaxIterationsExceeded",
+    "GraphMismatch",
+    "NodeError",
+    "GraphInterrupted",
+    "CheckpointError",
+    "CheckpointConflict",
+    "CheckpointExists",
+    "CheckpointNotFound",
+    "CheckpointCorrupted",
+    "UnknownInterrupt",
+    "SerializationError",
+]
+
+
+class WaypointError(Exception):
+    """Root of every error Waypoint raises."""
+
+
+class GraphBuildError(WaypointError):
+    """The graph cannot be built or compiled as written; the message names the node or edge."""
+
+
+class GraphRunError(WaypointError):
+    """A run failed for a reason that is not one node's exception (routing, merging, limits)."""
+
+
+class MaxStepsExceeded(GraphRunError):
+    """A Pregel run needed more supersteps than `max_steps` allows."""
+
+    def __init__(self, message: str, *, max_steps: int) -> None:
+        super().__init__(message)
+        self.max_steps = max_steps
+
+
+class MaxIterationsExceeded(GraphRunError):
+    """An agent loop needed more model turns than `max_iterations`; `.last_response` holds the last one."""
+
+    def __init__(self, message: str, *, last_response: Any = None) -> None:
+        super().__init__(message)
+        self.last_response = last_response
+
+
+class GraphMismatch(GraphRunError):
+    """The stored checkpoint was written by a graph that differs from the compiled one."""
+
+
+class NodeError(WaypointError):
+    """A node failed. `.node_path` is the path of node keys from the root graph; `__cause__` is the error."""
+
+    def __init__(self, node_path: Sequence[str], cause: BaseException, *, attempts: int = 1) -> None:
+        self.node_path = list(node_path)
+        self.attempts = attempts
+        where = "/".join(self.node_path)
+        tries = f" after {attempts} attempts" if attempts > 1 else ""
+        super().__init__(
+            f"node '{where}' failed{tries}: {type(cause).__name__}: {cause} "
+            f"(node path {self.node_path}; the original exception is chained as __cause__)"
+        )
+        self.__cause__ = cause
+
+
+class GraphInterrupted(WaypointError):
+    """The run paused on one or more interrupts; resume it with `ainvoke(None, checkpoint_id=...)`."""
+
+    def __init__(self, info: Any, *, checkpoint_id: str | None = None) -> None:
+        self.info = info
+        self.checkpoint_id = checkpoint_id
+        where = f"run '{checkpoint_id}'" if checkpoint_id else "run (no checkpoint_id: it cannot be resumed)"
+        super().__init__(f"{where} interrupted: {info}")
+
+
+class CheckpointError(WaypointError):
+    """Base for errors about stored checkpoints."""
+
+
+class CheckpointConflict(CheckpointError):
+    """Another writer got there first: a stale version, or a run held under a live lease."""
+
+
+class CheckpointExists(CheckpointError):
+    """New input was given for a run that is paused; resume it with input=None or pass force_new_run=True."""
+
+
+class CheckpointNotFound(CheckpointError):
+    """No checkpoint with that ID (or version) exists in the store."""
+
+
+class CheckpointCorrupted(CheckpointError):
+    """Stored bytes failed their checksum, signature or structure check; nothing was decoded from them."""
+
+
+class UnknownInterrupt(CheckpointError):
+    """`resume=` named an interrupt ID that is not pending; the message lists the pending ones."""
+
+
+class SerializationError(WaypointError):
+    """A value cannot be encoded (an unregistered type, say); raised when writing, never when reading."""

@@ -1,1 +1,64 @@
-"""Waypoint engine."""
+"""Waypoint's engine: graphs, the run loop, checkpoints, interrupts.
+
+Importing this package stays light (no SQLAlchemy, no openai): a resume in a new process pays
+for what it imports.
+"""
+
+from .compiled import CompiledGraph
+from .errors import (
+    CheckpointConflict,
+    CheckpointCorrupted,
+    CheckpointError,
+    CheckpointExists,
+    CheckpointNotFound,
+    GraphBuildError,
+    GraphInterrupted,
+    GraphMismatch,
+    GraphRunError,
+    MaxIterationsExceeded,
+    MaxStepsExceeded,
+    NodeError,
+    SerializationError,
+    UnknownInterrupt,
+    WaypointError,
+)
+from .events import Event
+from .graph import END, START, Graph
+from .interrupts import CompositeInterrupt, Interrupt, InterruptCtx, InterruptInfo, StatefulInterrupt
+from .merge import register_merge
+from .nodes import Component, Lambda
+from .retry import RetryPolicy
+from .streams import register_concat
+
+__all__ = [
+    "Graph",
+    "CompiledGraph",
+    "START",
+    "END",
+    "Lambda",
+    "Component",
+    "RetryPolicy",
+    "Event",
+    "register_merge",
+    "register_concat",
+    "Interrupt",
+    "StatefulInterrupt",
+    "CompositeInterrupt",
+    "InterruptCtx",
+    "InterruptInfo",
+    "WaypointError",
+    "GraphBuildError",
+    "GraphRunError",
+    "NodeError",
+    "MaxStepsExceeded",
+    "MaxIterationsExceeded",
+    "GraphInterrupted",
+    "GraphMismatch",
+    "CheckpointError",
+    "CheckpointConflict",
+    "CheckpointExists",
+    "CheckpointNotFound",
+    "CheckpointCorrupted",
+    "UnknownInterrupt",
+    "SerializationError",
+]

@@ -1,0 +1,6 @@
+"""Side-by-side benchmarks: Waypoint vs LangGraph (see BENCHMARKS.md).
+
+Run everything with ``python -m bench.run_all`` (what ``make bench`` calls) from the project root.
+Every figure is a median over separate fresh processes, each of which warms up once and reports
+the median of several timed invocations; see ``bench._harness``.
+"""

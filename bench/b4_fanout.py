@@ -1,0 +1,109 @@
+"""B4: one node fans out to 50 parallel trivial nodes, then a join. Figure: µs per parallel task.
+
+µs per parallel task = total invoke time / 50.
+
+Cases:
+  nostore      Waypoint: no store, trigger="all" (DAG) · LangGraph: no checkpointer
+  nostore-any  Waypoint: no store, trigger="any" (Pregel supersteps) · LangGraph: same as nostore
+  sqlite       Waypoint: SQLiteStore(file), durability="step", trigger="all" ·
+               LangGraph: SqliteSaver(file), durability="sync"
+
+Waypoint: "fan" returns its input; p0..p49 each return {f"k{i}": x} (dicts merge by key union at
+fan-in); "join" returns len(merged dict) == 50.
+LangGraph: 50 static nodes after "fan", each appending to an `Annotated[list, operator.add]`
+channel; "join" has one edge from all 50 (`add_edge([...50 names...], "join")`), so it waits for all.
+
+    python -m bench.b4_fanout --impl waypoint --case nostore
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Annotated, Any
+
+from bench._harness import Target, child_main
+from bench._stores import langgraph_saver, waypoint_store
+
+WIDTH = 50
+CASES = ("nostore", "nostore-any", "sqlite")
+
+
+def _expect(value: Any, want: Any) -> None:
+    if value != want:
+        raise AssertionError(f"wrong result: {value!r} != {want!r}")
+
+
+def make_waypoint(case: str, api: str) -> Target:
+    store, close = waypoint_store("sqlite" if case == "sqlite" else "nostore")
+    from waypoint.engine import END, START, Graph
+
+    g = Graph(name="b4")
+    g.add_node("fan", lambda x: x)
+    names = [f"p{i}" for i in range(WIDTH)]
+    for i, name in enumerate(names):
+        g.add_node(name, lambda x, i=i: {f"k{i}": x})
+    g.add_node("join", lambda d: len(d))
+    g.add_edge(START, "fan")
+    for name in names:
+        g.add_edge("fan", name)
+        g.add_edge(name, "join")
+    g.add_edge("join", END)
+    opts: dict[str, Any] = {"trigger": "any" if case == "nostore-any" else "all", "max_steps": 200}
+    if store is not None:
+        opts.update(store=store, durability="step")
+    app = g.compile(**opts)
+
+    def run_opts(i: int) -> dict[str, Any]:
+        return {"checkpoint_id": f"b4-{i}"} if store is not None else {}
+
+    if api == "async":
+        call = lambda i: app.ainvoke(0, **run_opts(i))  # noqa: E731
+    else:
+        call = lambda i: app.invoke(0, **run_opts(i))  # noqa: E731
+    return Target(call=call, divisor=WIDTH, check=lambda r: _expect(r, WIDTH), close=close)
+
+
+def make_langgraph(case: str, api: str) -> Target:
+    from typing import TypedDict
+
+    from langgraph.graph import END, START, StateGraph
+
+    class S(TypedDict, total=False):
+        x: int
+        out: Annotated[list, operator.add]
+        n: int
+
+    saver, close = langgraph_saver("sqlite" if case == "sqlite" else "nostore", api)
+    g = StateGraph(S)
+    g.add_node("fan", lambda s: {"x": s["x"]})
+    names = [f"p{i}" for i in range(WIDTH)]
+    for i, name in enumerate(names):
+        g.add_node(name, lambda s, i=i: {"out": [i]})
+    g.add_node("join", lambda s: {"n": len(s["out"])})
+    g.add_edge(START, "fan")
+    for name in names:
+        g.add_edge("fan", name)
+    g.add_edge(names, "join")
+    g.add_edge("join", END)
+    app = g.compile(checkpointer=saver)
+    kw: dict[str, Any] = {"durability": "sync"} if saver is not None else {}
+
+    def config(i: int) -> dict[str, Any]:
+        return {"configurable": {"thread_id": f"b4-{i}"}}
+
+    def check(r: dict[str, Any]) -> None:
+        _expect((r["n"], sorted(r["out"])), (WIDTH, list(range(WIDTH))))
+
+    if api == "async":
+        call = lambda i: app.ainvoke({"x": 0}, config(i), **kw)  # noqa: E731
+    else:
+        call = lambda i: app.invoke({"x": 0}, config(i), **kw)  # noqa: E731
+    return Target(call=call, divisor=WIDTH, check=check, close=close)
+
+
+def make(impl: str, case: str, api: str) -> Target:
+    return make_waypoint(case, api) if impl == "waypoint" else make_langgraph(case, api)
+
+
+if __name__ == "__main__":
+    child_main(make, CASES, "us_per_task", __doc__)

@@ -1,0 +1,299 @@
+"""`CompiledGraph`: a frozen, checked graph with the ways to run it.
+
+`ainvoke` is the one real entry point; `invoke` bridges it for sync callers, `astream` yields
+the output as chunks while nodes run in stream mode, and `aevents` yields node-level `Event`s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import GraphBuildError, GraphInterrupted, GraphRunError, WaypointError
+from .events import Emitter, Event
+from .graph import END, START, Branch
+from .interrupts import InterruptCtx, InterruptInfo, interrupt_id
+from .nodes import NodeRunnable, _Fn, as_runnable
+from .position import InterruptRecord, RunPosition
+from .retry import RetryPolicy
+from .runner import Run, RunInterrupted
+
+if TYPE_CHECKING:
+    from .graph import Graph
+
+__all__ = ["CompiledGraph"]
+
+
+@dataclass(frozen=True, slots=True)
+class CBranch:
+    """A compiled branch: resolves what the condition returned into target node keys."""
+
+    condition: _Fn
+    ends: dict[Any, str]
+    source: str
+
+    def resolve(self, choice: Any, graph: str) -> tuple[str, ...]:
+        if isinstance(choice, (str, int)) or choice is None:
+            choices = (choice,)
+        else:
+            try:
+                choices = tuple(choice)
+            except TypeError:
+                choices = (choice,)
+        targets = []
+        for c in choices:
+            try:
+                targets.append(self.ends[c])
+            except (KeyError, TypeError):
+                raise GraphRunError(
+                    f"graph '{graph}': branch after '{self.source}' chose {c!r}, which is not one of its "
+                    f"ends {list(self.ends)}; return one of those or add it to ends"
+                ) from None
+        return tuple(targets)
+
+
+@dataclass(slots=True, eq=False)
+class CNode:
+    """A compiled node: the runnable, its options, and where its output goes."""
+
+    key: str
+    runnable: NodeRunnable | None
+    subgraph: CompiledGraph | None
+    pre: _Fn | None
+    post: _Fn | None
+    input_key: str | None
+    output_key: str | None
+    retry: RetryPolicy | None
+    timeout: float | None
+    edges: tuple[str, ...]
+    branches: tuple[CBranch, ...]
+    live_end: bool = False
+
+
+class CompiledGraph:
+    """A checked, immutable graph. Run it with `ainvoke` / `invoke` / `astream` / `aevents`."""
+
+    def __init__(
+        self,
+        g: Graph,
+        *,
+        store: Any,
+        durability: str,
+        interrupt_before: tuple[str, ...],
+        interrupt_after: tuple[str, ...],
+        max_steps: int | None,
+        trigger: str,
+        serializer: Any,
+    ) -> None:
+        self.name = g.name
+        self.state_factory = g.state_factory
+        self.trigger = trigger
+        self.max_steps = max_steps or len(g.nodes) + 10
+        self.store = store
+        self.durability = durability
+        self.interrupt_before = interrupt_before
+        self.interrupt_after = interrupt_after
+        self.serializer = serializer
+        self._edges = tuple(g.edges)
+        self._branches = tuple(g.branches)
+        self.order = {START: -1, **{k: i for i, k in enumerate(g.nodes)}, END: len(g.nodes)}
+        self.nodes = {key: self._compile_node(g, spec) for key, spec in g.nodes.items()}
+        self.start = self._make_node(START, None, None, g)
+        self._successors = {k: self._successor_list(k) for k in (START, *g.nodes)}
+        preds: dict[str, list[str]] = {k: [] for k in (*g.nodes, END)}
+        for src, succs in self._successors.items():
+            for s in succs:
+                preds[s].append(src)
+        self.preds = {k: tuple(v) for k, v in preds.items()}
+
+    # --- compile helpers ----------------------------------------------------------------------------
+
+    def _compile_node(self, g: Graph, spec: Any) -> CNode:
+        from .graph import Graph as _Graph
+
+        obj = spec.runnable
+        sub = None
+        runnable = None
+        if isinstance(obj, _Graph):
+            try:
+                sub = obj.compile()
+            except GraphBuildError as err:
+                raise GraphBuildError(f"graph '{g.name}': subgraph node '{spec.key}': {err}") from err
+        elif isinstance(obj, CompiledGraph):
+            sub = obj
+        else:
+            try:
+                runnable = as_runnable(spec.key, obj)
+            except TypeError as err:
+                raise GraphBuildError(f"graph '{g.name}': {err}") from None
+        node = self._make_node(spec.key, runnable, sub, g)
+        node.pre = _Fn(spec.pre) if spec.pre else None
+        node.post = _Fn(spec.post) if spec.post else None
+        node.input_key, node.output_key = spec.input_key, spec.output_key
+        node.retry, node.timeout = spec.retry, spec.timeout
+        node.live_end = (
+            runnable is not None and runnable.streams and node.edges == (END,) and not node.branches
+            and spec.retry is None and spec.post is None
+        )
+        return node
+
+    def _make_node(self, key: str, runnable: Any, sub: Any, g: Graph) -> CNode:
+        edges = tuple(b for a, b in g.edges if a == key)
+        branches = tuple(
+            CBranch(condition=_Fn(b.condition), ends=dict(b.ends), source=key) for b in g.branches if b.source == key
+        )
+        return CNode(key=key, runnable=runnable, subgraph=sub, pre=None, post=None, input_key=None,
+                     output_key=None, retry=None, timeout=None, edges=edges, branches=branches)
+
+    def _successor_list(self, key: str) -> tuple[str, ...]:
+        node = self.start if key == START else self.nodes[key]
+        out = list(node.edges)
+        for br in node.branches:
+            out.extend(t for t in br.ends.values() if t not in out)
+        return tuple(out)
+
+    def successors_of(self, key: str) -> tuple[str, ...]:
+        return self._successors[key]
+
+    # --- running ------------------------------------------------------------------------------------
+
+    async def ainvoke(
+        self,
+        input: Any,
+        *,
+        checkpoint_id: str | None = None,
+        callbacks: Sequence[Any] = (),
+        max_steps: int | None = None,
+    ) -> Any:
+        """Run the graph on `input` and return what reaches END.
+
+        Raises `NodeError` when a node fails, `GraphInterrupted` when the run pauses,
+        `MaxStepsExceeded` when a Pregel run loops too long, `GraphRunError` for routing/merge errors.
+        """
+        return await self._run(input, checkpoint_id=checkpoint_id, emitter=Emitter(callbacks),
+                               max_steps=max_steps, streaming=False, sink=None)
+
+    def invoke(self, input: Any, **options: Any) -> Any:
+        """`ainvoke` for synchronous callers. Refuses to run inside a running event loop."""
+        return run_sync(lambda: self.ainvoke(input, **options), what=f"graph '{self.name}'.invoke()")
+
+    async def astream(
+        self,
+        input: Any,
+        *,
+        checkpoint_id: str | None = None,
+        callbacks: Sequence[Any] = (),
+        max_steps: int | None = None,
+    ) -> AsyncIterator[Any]:
+        """Run every node in stream mode and yield the output chunks that reach END, as they come."""
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        run = self._run(input, checkpoint_id=checkpoint_id, emitter=Emitter(callbacks),
+                        max_steps=max_steps, streaming=True, sink=queue.put_nowait)
+        async for item in _drain(run, queue):
+            yield item
+
+    async def aevents(
+        self,
+        input: Any,
+        *,
+        checkpoint_id: str | None = None,
+        callbacks: Sequence[Any] = (),
+        max_steps: int | None = None,
+        streaming: bool = True,
+    ) -> AsyncIterator[Event]:
+        """Run the graph and yield every node-level `Event` (start, chunk, end, error, interrupt,
+        checkpoint). Ends by raising what the run raised (e.g. `GraphInterrupted`)."""
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        run = self._run(input, checkpoint_id=checkpoint_id, emitter=Emitter(callbacks, sink=queue.put_nowait),
+                        max_steps=max_steps, streaming=streaming, sink=None)
+        async for item in _drain(run, queue):
+            yield item
+
+    async def _run(self, input: Any, *, checkpoint_id: str | None, emitter: Emitter,
+                   max_steps: int | None, streaming: bool, sink: Callable[[Any], None] | None) -> Any:
+        if checkpoint_id is not None and self.store is None:
+            raise WaypointError(
+                f"graph '{self.name}': checkpoint_id={checkpoint_id!r} was given but the graph was compiled "
+                "without a store; compile(store=MemoryStore() or SQLiteStore(path))"
+            )
+        if max_steps is not None and (self.trigger == "all" or max_steps < 1):
+            raise WaypointError(f"graph '{self.name}': max_steps={max_steps!r} needs trigger='any' and a value >= 1")
+        run = Run(self, emitter=emitter, streaming=streaming, sink=sink, max_steps=max_steps)
+        run.start(input)
+        try:
+            return await run.execute()
+        except RunInterrupted as paused:
+            info = interrupt_info(paused.run.pos, paused.run.address)
+            if emitter.active:
+                await emitter.emit(Event("interrupt", (), info, paused.run.pos.step))
+            raise GraphInterrupted(info, checkpoint_id=checkpoint_id) from None
+
+    # --- pictures -------------------------------------------------------------------------------------
+
+    def to_mermaid(self) -> str:
+        """A Mermaid flowchart of the graph: edges solid, branch routes dotted and labelled."""
+        from .mermaid import render
+
+        return render(self)
+
+
+def interrupt_info(pos: RunPosition, address: str) -> InterruptInfo:
+    """The caller's view of a paused run: every root-cause interrupt, nested runs included."""
+    contexts: list[InterruptCtx] = []
+
+    def walk(records: dict[str, InterruptRecord], parent: InterruptCtx | None) -> None:
+        for record in records.values():
+            if record.child is not None:
+                walk(record.child.interrupts, parent)
+                continue
+            ctx = InterruptCtx(id=interrupt_id(record.address), address=record.address, info=record.info,
+                               is_root_cause=not record.subs, parent=parent)
+            if record.subs:
+                for sub in record.subs:
+                    contexts.append(InterruptCtx(id=interrupt_id(sub.address), address=sub.address,
+                                                 info=sub.info, is_root_cause=True, parent=ctx))
+            else:
+                contexts.append(ctx)
+
+    walk(pos.interrupts, None)
+    return InterruptInfo(contexts=tuple(contexts))
+
+
+async def _drain(run: Any, queue: asyncio.Queue[Any]) -> AsyncIterator[Any]:
+    """Yield what the run puts on `queue` while it runs; then re-raise what the run raised.
+
+    The run is a task owned by this generator: if the consumer stops early, it is cancelled.
+    """
+    task = asyncio.ensure_future(run)
+    getter: asyncio.Future | None = None
+    try:
+        while True:
+            while not queue.empty():
+                yield queue.get_nowait()
+            if task.done():
+                break
+            getter = asyncio.ensure_future(queue.get())
+            await asyncio.wait((getter, task), return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                yield getter.result()
+            else:
+                getter.cancel()
+            getter = None
+        task.result()
+    finally:
+        if getter is not None:
+            getter.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+def run_sync(make: Callable[[], Any], *, what: str) -> Any:
+    """Run the coroutine `make()` to completion from sync code (the one sync bridge)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    raise WaypointError(f"{what} was called inside a running event loop; use 'await' on the async form instead")

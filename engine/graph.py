@@ -1,0 +1,176 @@
+"""Building a graph: `Graph`, `START`, `END`, nodes, edges, branches, and the compile-time checks.
+
+The builder is mutable until `compile()`; compiling checks the whole graph (DESIGN §2) and
+returns an immutable `CompiledGraph`. Mistakes visible from one call (a duplicate node, a
+reserved name) raise at that call; mistakes only visible in the whole graph (an unknown node in
+an edge, no path to END, a cycle in a DAG) raise at `compile()`. All raise `GraphBuildError`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from .errors import GraphBuildError
+from .retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from .compiled import CompiledGraph
+
+__all__ = ["Graph", "START", "END", "Branch", "NodeSpec", "Trigger", "Durability"]
+
+START = "__start__"
+END = "__end__"
+
+Trigger = Literal["any", "all"]
+Durability = Literal["step", "interrupt", "exit"]
+
+# Node keys appear inside interrupt addresses ("runnable:g;node:a"), so they may not contain ';' or ':'.
+_KEY_RE = re.compile(r"^[^;:\s]([^;:]*[^;:\s])?$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeSpec:
+    """A node as the user declared it."""
+
+    key: str
+    runnable: Any
+    pre: Callable[..., Any] | None = None
+    post: Callable[..., Any] | None = None
+    input_key: str | None = None
+    output_key: str | None = None
+    retry: RetryPolicy | None = None
+    timeout: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Branch:
+    """A routing decision after `source`: `condition(output)` returns one key or a collection of keys.
+
+    `ends` maps what the condition may return to node keys (a list means each key maps to itself).
+    """
+
+    source: str
+    condition: Callable[..., Any]
+    ends: Mapping[Any, str]
+
+
+class Graph:
+    """A graph under construction. `compile()` checks it and returns a runnable `CompiledGraph`.
+
+    `state` is an optional factory (a class or a function of no arguments) for the run-local state
+    handed to nodes and handlers that declare a `state` parameter; each run gets a fresh one.
+    """
+
+    def __init__(self, name: str = "graph", *, state: Callable[[], Any] | None = None) -> None:
+        if not isinstance(name, str) or not _KEY_RE.match(name):
+            raise GraphBuildError(f"graph name {name!r} must be a non-empty string without ';' or ':'")
+        if state is not None and not callable(state):
+            raise GraphBuildError(f"graph '{name}': state must be a factory (a class or function), got {state!r}")
+        self.name = name
+        self.state_factory = state
+        self.nodes: dict[str, NodeSpec] = {}
+        self.edges: list[tuple[str, str]] = []
+        self.branches: list[Branch] = []
+        self._frozen = False
+
+    def add_node(
+        self,
+        key: str,
+        node: Any,
+        *,
+        pre: Callable[..., Any] | None = None,
+        post: Callable[..., Any] | None = None,
+        input_key: str | None = None,
+        output_key: str | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+    ) -> Graph:
+        """Add `node` under `key`: a function, async function, async generator, Lambda, component or Graph."""
+        self._check_open(f"add_node({key!r})")
+        if key in (START, END):
+            raise GraphBuildError(f"graph '{self.name}': '{key}' is reserved (START/END); choose another node key")
+        if not isinstance(key, str) or not _KEY_RE.match(key):
+            raise GraphBuildError(
+                f"graph '{self.name}': node key {key!r} must be a non-empty string without ';' or ':' "
+                "(keys are part of interrupt addresses)"
+            )
+        if key in self.nodes:
+            raise GraphBuildError(f"graph '{self.name}': node '{key}' is added twice")
+        if node is self:
+            raise GraphBuildError(f"graph '{self.name}': node '{key}' is the graph itself")
+        if timeout is not None and timeout <= 0:
+            raise GraphBuildError(f"graph '{self.name}': node '{key}' timeout must be > 0 seconds, got {timeout}")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise GraphBuildError(f"graph '{self.name}': node '{key}' retry must be a RetryPolicy")
+        self.nodes[key] = NodeSpec(
+            key=key, runnable=node, pre=pre, post=post, input_key=input_key,
+            output_key=output_key, retry=retry, timeout=timeout,
+        )
+        return self
+
+    def add_edge(self, start: str, end: str) -> Graph:
+        """Send `start`'s output to `end`."""
+        self._check_open(f"add_edge({start!r}, {end!r})")
+        if start == END:
+            raise GraphBuildError(f"graph '{self.name}': an edge cannot start at END ('{start}' -> '{end}')")
+        if end == START:
+            raise GraphBuildError(f"graph '{self.name}': an edge cannot end at START ('{start}' -> '{end}')")
+        if (start, end) in self.edges:
+            raise GraphBuildError(f"graph '{self.name}': edge '{start}' -> '{end}' is added twice")
+        self.edges.append((start, end))
+        return self
+
+    def add_branch(
+        self, source: str, condition: Callable[..., Any], ends: Iterable[str] | Mapping[Any, str]
+    ) -> Graph:
+        """After `source`, route its output to the node(s) `condition(output)` names (sync or async)."""
+        self._check_open(f"add_branch({source!r}, ...)")
+        if source == END:
+            raise GraphBuildError(f"graph '{self.name}': a branch cannot start at END")
+        if not callable(condition):
+            raise GraphBuildError(f"graph '{self.name}': branch after '{source}' needs a callable condition")
+        mapping = dict(ends) if isinstance(ends, Mapping) else {e: e for e in ends}
+        if not mapping:
+            raise GraphBuildError(f"graph '{self.name}': branch after '{source}' has no ends")
+        if START in mapping.values():
+            raise GraphBuildError(f"graph '{self.name}': branch after '{source}' cannot route to START")
+        self.branches.append(Branch(source=source, condition=condition, ends=mapping))
+        return self
+
+    def compile(
+        self,
+        *,
+        store: Any = None,
+        durability: Durability | None = None,
+        interrupt_before: Sequence[str] = (),
+        interrupt_after: Sequence[str] = (),
+        max_steps: int | None = None,
+        trigger: Trigger = "any",
+        serializer: Any = None,
+    ) -> CompiledGraph:
+        """Check the graph and freeze it. Raises `GraphBuildError` naming the node or edge at fault."""
+        from .compiled import CompiledGraph
+        from .compile_checks import check_graph
+
+        check_graph(self, trigger=trigger, max_steps=max_steps,
+                    interrupt_before=interrupt_before, interrupt_after=interrupt_after)
+        if durability is not None and durability not in ("step", "interrupt", "exit"):
+            raise GraphBuildError(
+                f"graph '{self.name}': durability must be 'step', 'interrupt' or 'exit', got {durability!r}"
+            )
+        self._frozen = True
+        return CompiledGraph(
+            self, store=store, durability=durability or ("step" if store is not None else "exit"),
+            interrupt_before=tuple(interrupt_before), interrupt_after=tuple(interrupt_after),
+            max_steps=max_steps, trigger=trigger, serializer=serializer,
+        )
+
+    def _check_open(self, what: str) -> None:
+        if self._frozen:
+            raise GraphBuildError(
+                f"graph '{self.name}' is already compiled; {what} would change a compiled graph. "
+                "Build a new Graph instead"
+            )

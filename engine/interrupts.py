@@ -1,0 +1,86 @@
+"""Interrupt signals a node raises to pause a run, and what the caller sees when it pauses.
+
+`Interrupt`, `StatefulInterrupt` and `CompositeInterrupt` derive from `BaseException`, not
+`Exception`: a node's own `except Exception:` must not swallow a pause (LangGraph's
+langgraph#8217). The run loop catches them around every task; the caller sees `GraphInterrupted`,
+a normal `WaypointError`, carrying an `InterruptInfo`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "Interrupt",
+    "StatefulInterrupt",
+    "CompositeInterrupt",
+    "InterruptCtx",
+    "InterruptInfo",
+    "interrupt_id",
+]
+
+
+class Interrupt(BaseException):
+    """Pause the run here; `info` is shown to whoever resumes it."""
+
+    def __init__(self, info: Any = None) -> None:
+        super().__init__(info)
+        self.info = info
+        self.state: Any = None
+        self.has_state = False
+        self.subs: tuple[Interrupt, ...] = ()
+
+
+class StatefulInterrupt(Interrupt):
+    """Pause the run and persist `state`; `get_interrupt_state()` hands it back on resume."""
+
+    def __init__(self, info: Any, state: Any) -> None:
+        super().__init__(info)
+        self.state = state
+        self.has_state = True
+
+
+class CompositeInterrupt(Interrupt):
+    """Pause on behalf of several interrupted sub-tasks (`subs`); only the subs are root causes."""
+
+    def __init__(self, info: Any, state: Any, subs: Sequence[Interrupt]) -> None:
+        super().__init__(info)
+        self.state = state
+        self.has_state = True
+        self.subs = tuple(subs)
+
+
+def interrupt_id(address: str) -> str:
+    """The stable ID of the interrupt at `address` (the same address always gives the same ID)."""
+    return hashlib.blake2b(address.encode(), digest_size=8).hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class InterruptCtx:
+    """One interrupt point: where it is, what it said, and whether it is a root cause."""
+
+    id: str
+    address: str
+    info: Any = None
+    is_root_cause: bool = True
+    parent: InterruptCtx | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class InterruptInfo:
+    """Why a run paused: root-cause `contexts`, and nodes paused by static before/after interrupts."""
+
+    contexts: tuple[InterruptCtx, ...] = ()
+    before_nodes: tuple[str, ...] = ()
+    after_nodes: tuple[str, ...] = field(default=())
+
+    def __str__(self) -> str:
+        parts = [f"{c.address} (id {c.id}): {c.info!r}" for c in self.contexts]
+        if self.before_nodes:
+            parts.append(f"before nodes {list(self.before_nodes)}")
+        if self.after_nodes:
+            parts.append(f"after nodes {list(self.after_nodes)}")
+        return "; ".join(parts) or "no interrupt points"

@@ -1,0 +1,48 @@
+"""Where a run is: the plain value the run loop updates after every task and a store persists.
+
+Everything needed to continue a run lives here and nowhere else, so that writing this value
+after a step and reading it back in another process is all a resume needs:
+
+- `pending`: tasks that must still run, with their inputs. In Pregel mode these are the tasks of
+  the current superstep that have not finished; in DAG mode, the nodes that are ready (or running).
+- `inbox`: values already delivered to nodes that have not consumed them yet
+  (`{node: {source: value}}`): the next superstep's inputs (Pregel) or the values a node has
+  received while it still waits for other predecessors (DAG).
+- `skipped`: DAG only, `{node: [sources]}` that will send nothing (branch not taken).
+- `state`: the run-local state object; `step`: completed supersteps (Pregel) or tasks (DAG).
+- `interrupts`: `{node: InterruptRecord}` for tasks that paused; their inputs stay in `pending`.
+- `output` and `done` once the run has reached END.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["RunPosition", "InterruptRecord"]
+
+
+@dataclass(kw_only=True)
+class InterruptRecord:
+    """A paused task: its interrupt's address, what it said, its saved state, and a nested child run."""
+
+    address: str
+    info: Any = None
+    state: Any = None
+    has_state: bool = False
+    child: RunPosition | None = None
+    subs: list[InterruptRecord] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class RunPosition:
+    """The position of one (sub)graph run; see the module docstring."""
+
+    step: int = 0
+    pending: dict[str, Any] = field(default_factory=dict)
+    inbox: dict[str, dict[str, Any]] = field(default_factory=dict)
+    skipped: dict[str, list[str]] = field(default_factory=dict)
+    state: Any = None
+    interrupts: dict[str, InterruptRecord] = field(default_factory=dict)
+    done: bool = False
+    output: Any = None

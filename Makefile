@@ -16,7 +16,7 @@ demo: $(STAMP)
 	$(BIN)/waypoint demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/pytest -q
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'

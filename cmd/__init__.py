@@ -1,1 +1,1 @@
-"""placeholder"""
+"""The `waypoint` command line and its quickstart chapters."""

@@ -40,7 +40,7 @@ def check_graph(
         for end in (a, b):
             if end not in known:
                 raise GraphBuildError(f"graph '{name}': edge '{a}' -> '{b}' names unknown node '{end}'")
-    successors: dict[str, list[str]] = {k: [] for k in known}
+    successors: dict[str, list[str]] = {k: [] for k in (START, *g.nodes, END)}
     for a, b in g.edges:
         successors[a].append(b)
     for br in g.branches:

@@ -290,8 +290,8 @@ class Run:
             output = await self._call(node, value, path)
             targets = await self._route(node, output)
         except (Interrupt, RunInterrupted) as signal:
-            if emitter.active:
-                await emitter.emit(Event("interrupt", path, signal, self.pos.step))
+            if emitter.active and isinstance(signal, Interrupt):
+                await emitter.emit(Event("interrupt", path, signal.info, self.pos.step))
             return _Done(node, None, (), interrupt=signal)
         except WaypointError as err:
             if emitter.active:

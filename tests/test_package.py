@@ -1,0 +1,89 @@
+"""The package as users get it: public names, import weight, both install modes, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+import waypoint.engine as engine
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PUBLIC = {
+    "Graph", "CompiledGraph", "START", "END", "Lambda", "Component", "RetryPolicy", "Event",
+    "register_merge", "register_concat", "Interrupt", "StatefulInterrupt", "CompositeInterrupt",
+    "InterruptCtx", "InterruptInfo", "WaypointError", "GraphBuildError", "GraphRunError", "NodeError",
+    "MaxStepsExceeded", "MaxIterationsExceeded", "GraphInterrupted", "GraphMismatch", "CheckpointError",
+    "CheckpointConflict", "CheckpointExists", "CheckpointNotFound", "CheckpointCorrupted",
+    "UnknownInterrupt", "SerializationError",
+}
+
+
+def test_engine_all_is_curated():
+    assert PUBLIC <= set(engine.__all__)
+    for name in engine.__all__:
+        assert hasattr(engine, name), name
+
+
+def test_importing_the_engine_stays_light():
+    code = (
+        "import sys, json, time; t = time.perf_counter(); import waypoint.engine; "
+        "print(json.dumps({'ms': (time.perf_counter() - t) * 1000, "
+        "'heavy': sorted(m for m in ('sqlalchemy', 'openai', 'aiosqlite', 'waypoint.stores', "
+        "'waypoint.middleware', 'waypoint.cmd') if m in sys.modules)}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    result = json.loads(out.stdout)
+    assert result["heavy"] == []
+
+
+def test_engine_does_not_import_outer_layers():
+    for path in (ROOT / "engine").rglob("*.py"):
+        text = path.read_text()
+        for layer in ("waypoint.stores", "waypoint.middleware", "waypoint.cmd"):
+            assert f"import {layer}" not in text and f"from {layer}" not in text, (path, layer)
+
+
+def test_cli_demo_runs():
+    out = subprocess.run([str(Path(sys.executable).parent / "waypoint"), "demo"], capture_output=True,
+                         text=True, timeout=60, cwd="/tmp")
+    assert out.returncode == 0, out.stderr
+    assert "Escalated 'The site is down!'" in out.stdout
+
+
+@pytest.mark.parametrize("editable", [False, True], ids=["pip-install", "pip-install-e"])
+def test_pip_install_works_and_installs_no_bare_modules(tmp_path, editable):
+    """Install into a fresh venv (dependencies borrowed from this one) and import from elsewhere."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    src = tmp_path / "src"  # a copy of the working tree, as a clean checkout would have it
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "__pycache__", "*.egg-info", "build", ".waypoint", ".pytest_cache", ".hypothesis"))
+    cmd = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+           "--no-deps"]
+    cmd += ["-e", str(src)] if editable else [str(src)]
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    probe = (
+        "import importlib.util, waypoint.engine, waypoint.stores, waypoint.middleware, waypoint.cmd;"
+        "from waypoint.engine import Graph, START, END;"
+        "g = Graph(name='p'); g.add_node('a', lambda x: x * 2); g.add_edge(START, 'a'); g.add_edge('a', END);"
+        "print(g.compile().invoke(21), importlib.util.find_spec('engine') is None,"
+        " importlib.util.find_spec('stores') is None, __import__('cmd').__file__)"
+    )
+    out = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, cwd="/")
+    assert out.returncode == 0, out.stderr
+    value, no_engine, no_stores, cmd_file = out.stdout.split()
+    assert (value, no_engine, no_stores) == ("42", "True", "True")
+    assert "/lib/python3" in cmd_file  # `cmd` is still the standard library's
+    assert (venv / "bin" / "waypoint").exists()

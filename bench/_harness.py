@@ -62,7 +62,7 @@ class Budget:
     """How many timed invocations a process makes: at least `min_reps`, more while under `seconds`."""
 
     min_reps: int = 5
-    max_reps: int = 200
+    max_reps: int = 500
     seconds: float = 1.0
 
 
@@ -157,10 +157,16 @@ def child_parser(cases: tuple[str, ...], description: str) -> argparse.ArgumentP
 
 
 def child_main(make: Callable[..., Target], cases: tuple[str, ...], metric: str, description: str,
-               budget: Budget = Budget(), argv: list[str] | None = None) -> None:
-    """Entry point of a workload module: build, warm up, time, print the result."""
+               budget: Budget = Budget(), argv: list[str] | None = None,
+               async_cases: tuple[str, ...] = ()) -> None:
+    """Entry point of a workload module: build, warm up, time, print the result.
+
+    `async_cases` always use the async API (e.g. cases whose nodes are `async def`).
+    """
     args = child_parser(cases, description).parse_args(argv)
     api = args.api if args.api != "default" else ("async" if args.impl == "waypoint" else "sync")
+    if args.case in async_cases:
+        api = "async"
     try:
         out = _run_target(make, args.impl, args.case, api, budget)
         payload: dict[str, Any] = {"figures": {metric: out.pop("per_unit_us")}, "api": api, **out}
@@ -280,14 +286,16 @@ def _cell_text(cell: Cell | None, unit: str) -> tuple[str, float | None]:
     if cell is None:
         return "—", None
     if cell.status:
-        return cell.status, None
+        text = cell.status.replace("|", "/")
+        return (text if len(text) <= 90 else text[:89] + "…"), None
     if not cell.values:
         return "error: no figure", None
     med = statistics.median(cell.values)
     return f"{_fmt(med)} {unit} ({_fmt(min(cell.values))}–{_fmt(max(cell.values))})", med
 
 
-def _lookup(results: dict[tuple, dict[str, Cell]], module: str, impl: str, case: str | None, metric: str) -> Cell | None:
+def _lookup(results: dict[tuple, dict[str, Cell]], module: str, impl: str, case: str | None,
+            metric: str) -> Cell | None:
     if case is None:
         return None
     cells = results.get((module, impl, case), {})
@@ -309,13 +317,14 @@ def _ratio_text(wp: float | None, lg: float | None, target: str) -> str:
 
 def render_table(rows: list[Row], results: dict[tuple, dict[str, Cell]], runs: int) -> str:
     lines = [
-        f"| workload | case | Waypoint | LangGraph | ratio (Waypoint/LangGraph) | target |",
+        "| workload | case | Waypoint | LangGraph | ratio (Waypoint/LangGraph) | target |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
         wp_text, wp = _cell_text(_lookup(results, r.module, "waypoint", r.wp_case, r.metric), r.unit)
         lg_text, lg = _cell_text(_lookup(results, r.module, "langgraph", r.lg_case, r.metric), r.unit)
-        lines.append(f"| {r.workload} | {r.case} | {wp_text} | {lg_text} | {_ratio_text(wp, lg, r.target)} | {r.target} |")
+        ratio = _ratio_text(wp, lg, r.target)
+        lines.append(f"| {r.workload} | {r.case} | {wp_text} | {lg_text} | {ratio} | {r.target} |")
     lines.append("")
     lines.append(f"Each cell: median of {runs} separate process runs (min–max). Lower is better.")
     return "\n".join(lines)

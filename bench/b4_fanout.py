@@ -5,6 +5,9 @@
 Cases:
   nostore      Waypoint: no store, trigger="all" (DAG) · LangGraph: no checkpointer
   nostore-any  Waypoint: no store, trigger="any" (Pregel supersteps) · LangGraph: same as nostore
+  async-nodes  no store, every node an `async def`, both sides awaited with ainvoke (Waypoint
+               trigger="all"). Apples to apples: with plain functions LangGraph's sync invoke runs the
+               50 parallel nodes on a thread pool, while Waypoint calls them inline on the event loop.
   sqlite       Waypoint: SQLiteStore(file), durability="step", trigger="all" ·
                LangGraph: SqliteSaver(file), durability="sync"
 
@@ -25,7 +28,8 @@ from bench._harness import Target, child_main
 from bench._stores import langgraph_saver, waypoint_store
 
 WIDTH = 50
-CASES = ("nostore", "nostore-any", "sqlite")
+CASES = ("nostore", "nostore-any", "async-nodes", "sqlite")
+ASYNC_CASES = ("async-nodes",)
 
 
 def _expect(value: Any, want: Any) -> None:
@@ -38,17 +42,35 @@ def make_waypoint(case: str, api: str) -> Target:
     from waypoint.engine import END, START, Graph
 
     g = Graph(name="b4")
-    g.add_node("fan", lambda x: x)
     names = [f"p{i}" for i in range(WIDTH)]
-    for i, name in enumerate(names):
-        g.add_node(name, lambda x, i=i: {f"k{i}": x})
-    g.add_node("join", lambda d: len(d))
+    if case == "async-nodes":
+        async def fan(x: int) -> int:
+            return x
+
+        def part(i: int) -> Any:
+            async def p(x: int) -> dict[str, int]:
+                return {f"k{i}": x}
+            return p
+
+        async def join(d: dict[str, int]) -> int:
+            return len(d)
+
+        g.add_node("fan", fan)
+        for i, name in enumerate(names):
+            g.add_node(name, part(i))
+        g.add_node("join", join)
+    else:
+        g.add_node("fan", lambda x: x)
+        for i, name in enumerate(names):
+            g.add_node(name, lambda x, i=i: {f"k{i}": x})
+        g.add_node("join", lambda d: len(d))
     g.add_edge(START, "fan")
     for name in names:
         g.add_edge("fan", name)
         g.add_edge(name, "join")
     g.add_edge("join", END)
-    opts: dict[str, Any] = {"trigger": "any" if case == "nostore-any" else "all", "max_steps": 200}
+    # max_steps is a Pregel-only option: the engine rejects it with trigger="all".
+    opts: dict[str, Any] = {"trigger": "any", "max_steps": 200} if case == "nostore-any" else {"trigger": "all"}
     if store is not None:
         opts.update(store=store, durability="step")
     app = g.compile(**opts)
@@ -75,11 +97,28 @@ def make_langgraph(case: str, api: str) -> Target:
 
     saver, close = langgraph_saver("sqlite" if case == "sqlite" else "nostore", api)
     g = StateGraph(S)
-    g.add_node("fan", lambda s: {"x": s["x"]})
     names = [f"p{i}" for i in range(WIDTH)]
-    for i, name in enumerate(names):
-        g.add_node(name, lambda s, i=i: {"out": [i]})
-    g.add_node("join", lambda s: {"n": len(s["out"])})
+    if case == "async-nodes":
+        async def fan(s: S) -> dict[str, int]:
+            return {"x": s["x"]}
+
+        def part(i: int) -> Any:
+            async def p(s: S) -> dict[str, list[int]]:
+                return {"out": [i]}
+            return p
+
+        async def join(s: S) -> dict[str, int]:
+            return {"n": len(s["out"])}
+
+        g.add_node("fan", fan)
+        for i, name in enumerate(names):
+            g.add_node(name, part(i))
+        g.add_node("join", join)
+    else:
+        g.add_node("fan", lambda s: {"x": s["x"]})
+        for i, name in enumerate(names):
+            g.add_node(name, lambda s, i=i: {"out": [i]})
+        g.add_node("join", lambda s: {"n": len(s["out"])})
     g.add_edge(START, "fan")
     for name in names:
         g.add_edge("fan", name)
@@ -106,4 +145,4 @@ def make(impl: str, case: str, api: str) -> Target:
 
 
 if __name__ == "__main__":
-    child_main(make, CASES, "us_per_task", __doc__)
+    child_main(make, CASES, "us_per_task", __doc__, async_cases=ASYNC_CASES)

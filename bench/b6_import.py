@@ -32,7 +32,8 @@ SNIPPETS = {
     ("waypoint", "engine"): "import waypoint.engine",
     ("waypoint", "resume"): "import waypoint.engine; from waypoint.stores import SQLiteStore",
     ("langgraph", "engine"): "from langgraph.graph import StateGraph",
-    ("langgraph", "resume"): "from langgraph.graph import StateGraph; from langgraph.checkpoint.sqlite import SqliteSaver",
+    ("langgraph", "resume"): ("from langgraph.graph import StateGraph; "
+                              "from langgraph.checkpoint.sqlite import SqliteSaver"),
 }
 
 

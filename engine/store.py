@@ -1,0 +1,126 @@
+"""The checkpoint store contract (`CheckPointStore`) and the records it keeps.
+
+A store keeps, per checkpoint ID, a chain of versions 1, 2, 3, … (the newest is where the run is)
+plus the content those versions point at. It never interprets that content: the engine encodes a
+run's position into *parts* (engine/checkpoint.py), each a content-addressed blob or a chain of
+blobs (append segments, for lists that only grow), and the store keeps bytes and parent links.
+docs/stores.md explains the layout and how to write another store.
+
+Guarantees every store gives (tests/store_contract.py checks them on every store):
+
+1. `put` is compare-and-set: it writes version `expected_version + 1` (or 1 when `expected_version`
+   is None) only if that version does not exist yet, in one atomic step with its blobs; otherwise it
+   raises `CheckpointConflict` and writes nothing.
+2. A blob is identified by `(checkpoint_id, hash)`; writing one that exists is a no-op. `get` returns
+   for every part the chain of blobs from the root to the referenced head, oldest first.
+3. The tool ledger is idempotent: `record_call` keeps the first result written for
+   `(checkpoint_id, version, call_id)` and reports whether this call wrote it.
+4. `history` is newest first; `list` returns the newest version of each run, newest update first,
+   filtered by status, paged with `before` (an `updated_at` cursor).
+5. `prune` never deletes the newest version of a run (the one a pending interrupt or a resume
+   needs), nor a blob that a remaining version still reaches, nor the ledger of a remaining version.
+6. Stores are safe for concurrent runs in one process and for several processes on one database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+__all__ = ["CheckPointStore", "CheckpointMeta", "Checkpoint", "Blob", "RunStatus"]
+
+RunStatus = Literal["running", "interrupted", "completed", "failed"]
+STATUSES: tuple[str, ...] = ("running", "interrupted", "completed", "failed")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Blob:
+    """Content a version points at. `parent` links an append segment to the segment before it."""
+
+    hash: str
+    data: bytes
+    parent: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointMeta:
+    """One version of a run, without its content: what `history` and `list` return."""
+
+    checkpoint_id: str
+    version: int
+    status: RunStatus
+    step: int
+    fingerprint: str
+    created_at: float
+    updated_at: float
+    lease_owner: str | None = None
+    lease_expires: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Checkpoint:
+    """One version with its content.
+
+    `header` is the engine's encoded description of the version (opaque to the store); `parts`
+    maps a part name to the hash of its head blob. On `get`, `chains[name]` holds the blobs of each
+    part's chain, root first, so the engine can verify every hash before decoding.
+    """
+
+    meta: CheckpointMeta
+    header: bytes
+    parts: Mapping[str, str] = field(default_factory=dict)
+    chains: Mapping[str, Sequence[Blob]] = field(default_factory=dict)
+
+
+@runtime_checkable
+class CheckPointStore(Protocol):
+    """What the run loop needs from a store. All methods are coroutines."""
+
+    async def get(self, checkpoint_id: str, version: int | None = None) -> Checkpoint | None:
+        """The newest (or the given) version with its part chains, or None."""
+
+    async def put(
+        self,
+        meta: CheckpointMeta,
+        header: bytes,
+        parts: Mapping[str, str],
+        blobs: Sequence[Blob],
+        *,
+        expected_version: int | None,
+    ) -> None:
+        """Write version `meta.version` (== expected_version + 1, or 1) atomically, with its blobs.
+
+        `parts` maps part names to head blob hashes (every head must be in `blobs` or already
+        stored). Raises `CheckpointConflict` if that version exists (someone else wrote first).
+        """
+
+    async def renew_lease(self, checkpoint_id: str, version: int, owner: str, expires: float) -> bool:
+        """Extend the lease on the newest version if `owner` still holds it; False if not."""
+
+    async def record_call(self, checkpoint_id: str, version: int, call_id: str, result: bytes) -> bool:
+        """Ledger: store a finished call's result once. True if this call wrote it."""
+
+    async def recorded_calls(self, checkpoint_id: str, version: int) -> dict[str, bytes]:
+        """Ledger: every result recorded for `(checkpoint_id, version)`, by call id."""
+
+    async def history(self, checkpoint_id: str, *, limit: int | None = None) -> list[CheckpointMeta]:
+        """The run's versions, newest first."""
+
+    async def list(
+        self, *, status: RunStatus | None = None, limit: int = 100, before: float | None = None
+    ) -> list[CheckpointMeta]:
+        """The newest version of each run, most recently updated first."""
+
+    async def delete(self, checkpoint_id: str) -> bool:
+        """Remove a run entirely (versions, blobs, ledger). True if it existed."""
+
+    async def prune(self, checkpoint_id: str, *, keep_last: int = 1) -> int:
+        """Delete all but the newest `keep_last` versions (at least 1) and what only they used."""
+
+    async def expire(self, *, older_than: float, now: float | None = None) -> list[str]:
+        """Delete interrupted runs last updated more than `older_than` seconds ago; their IDs."""
+
+    async def close(self) -> None:
+        """Release connections."""

@@ -1,0 +1,255 @@
+"""The SQL behind every SQL store: one schema, numbered migrations, and each store operation.
+
+Both `SQLiteStore` (sqlite3 on a worker thread) and `SQLStore` (SQLAlchemy async: Postgres, or
+SQLite through aiosqlite) run these same functions. They take a `DB` — four methods over one open
+transaction — and use only SQL that SQLite and Postgres both accept, with `:name` parameters
+(sqlite3's named style and SQLAlchemy's `text()` style alike). Compare-and-set is
+`INSERT … ON CONFLICT DO NOTHING` on the `(checkpoint_id, version)` key: zero rows inserted means
+another writer took that version first.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from waypoint.engine.errors import CheckpointConflict, CheckpointError
+from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta
+
+from ._common import check_put, check_status, conflict_message
+
+SCHEMA_VERSION = 1
+
+_BINARY = {"sqlite": "BLOB", "postgresql": "BYTEA"}
+_REAL = {"sqlite": "REAL", "postgresql": "DOUBLE PRECISION"}
+
+# Migration N brings a database from schema N-1 to N. Never edit a released one: add the next.
+MIGRATIONS: dict[int, list[str]] = {
+    1: [
+        """CREATE TABLE waypoint_checkpoints (
+            checkpoint_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            step INTEGER NOT NULL,
+            fingerprint TEXT NOT NULL,
+            created_at {real} NOT NULL,
+            updated_at {real} NOT NULL,
+            lease_owner TEXT,
+            lease_expires {real},
+            error TEXT,
+            header {binary} NOT NULL,
+            parts TEXT NOT NULL,
+            PRIMARY KEY (checkpoint_id, version))""",
+        "CREATE INDEX waypoint_checkpoints_updated ON waypoint_checkpoints (updated_at)",
+        """CREATE TABLE waypoint_blobs (
+            checkpoint_id TEXT NOT NULL,
+            hash TEXT NOT NULL,
+            parent TEXT,
+            data {binary} NOT NULL,
+            PRIMARY KEY (checkpoint_id, hash))""",
+        """CREATE TABLE waypoint_ledger (
+            checkpoint_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            call_id TEXT NOT NULL,
+            result {binary} NOT NULL,
+            created_at {real} NOT NULL,
+            PRIMARY KEY (checkpoint_id, version, call_id))""",
+    ],
+}
+
+
+class DB(Protocol):
+    """One open transaction, whatever the driver."""
+
+    def rows(self, sql: str, params: Mapping[str, Any] = ...) -> list[tuple]: ...
+    def run(self, sql: str, params: Mapping[str, Any] = ...) -> int: ...
+    def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> None: ...
+
+
+# --- schema ---------------------------------------------------------------------------------------------
+
+def migrate(db: DB, dialect: str) -> None:
+    """Create or upgrade the schema inside the caller's (write) transaction."""
+    db.run("CREATE TABLE IF NOT EXISTS waypoint_schema (version INTEGER NOT NULL)")
+    found = db.rows("SELECT version FROM waypoint_schema")
+    current = found[0][0] if found else 0
+    if current > SCHEMA_VERSION:
+        raise CheckpointError(
+            f"the checkpoint database has schema version {current}, newer than this Waypoint "
+            f"knows ({SCHEMA_VERSION}); upgrade waypoint-graph to use it"
+        )
+    for number in range(current + 1, SCHEMA_VERSION + 1):
+        for statement in MIGRATIONS[number]:
+            db.run(statement.format(binary=_BINARY[dialect], real=_REAL[dialect]))
+    if current == 0:
+        db.run("INSERT INTO waypoint_schema (version) VALUES (:v)", {"v": SCHEMA_VERSION})
+    elif current < SCHEMA_VERSION:
+        db.run("UPDATE waypoint_schema SET version = :v", {"v": SCHEMA_VERSION})
+
+
+# --- operations -------------------------------------------------------------------------------------------
+
+_META_COLUMNS = ("checkpoint_id, version, status, step, fingerprint, created_at, updated_at, "
+                 "lease_owner, lease_expires, error")
+
+
+def _meta(row: Sequence[Any]) -> CheckpointMeta:
+    return CheckpointMeta(
+        checkpoint_id=row[0], version=row[1], status=row[2], step=row[3], fingerprint=row[4],
+        created_at=row[5], updated_at=row[6], lease_owner=row[7], lease_expires=row[8], error=row[9],
+    )
+
+
+def get(db: DB, checkpoint_id: str, version: int | None) -> Checkpoint | None:
+    sql = f"SELECT {_META_COLUMNS}, header, parts FROM waypoint_checkpoints WHERE checkpoint_id = :c"
+    params: dict[str, Any] = {"c": checkpoint_id}
+    if version is None:
+        sql += " ORDER BY version DESC LIMIT 1"
+    else:
+        sql += " AND version = :v"
+        params["v"] = version
+    found = db.rows(sql, params)
+    if not found:
+        return None
+    row = found[0]
+    parts: dict[str, str] = json.loads(row[11])
+    return Checkpoint(meta=_meta(row), header=bytes(row[10]), parts=parts,
+                      chains=_chains(db, checkpoint_id, parts))
+
+
+def _chains(db: DB, checkpoint_id: str, parts: Mapping[str, str]) -> dict[str, list[Blob]]:
+    heads = sorted(set(parts.values()))
+    if not heads:
+        return {}
+    names = ", ".join(f":h{i}" for i in range(len(heads)))
+    params: dict[str, Any] = {f"h{i}": h for i, h in enumerate(heads)}
+    params["c"] = checkpoint_id
+    rows = db.rows(
+        f"""WITH RECURSIVE chain (head, hash, parent, data, depth) AS (
+                SELECT hash, hash, parent, data, 0 FROM waypoint_blobs
+                 WHERE checkpoint_id = :c AND hash IN ({names})
+                UNION ALL
+                SELECT chain.head, b.hash, b.parent, b.data, chain.depth + 1
+                  FROM waypoint_blobs b JOIN chain ON b.checkpoint_id = :c AND b.hash = chain.parent)
+            SELECT head, hash, parent, data, depth FROM chain""",
+        params,
+    )
+    by_head: dict[str, list[tuple[int, Blob]]] = {}
+    for head, digest, parent, data, depth in rows:
+        by_head.setdefault(head, []).append((depth, Blob(hash=digest, data=bytes(data), parent=parent)))
+    chains = {}
+    for name, head in parts.items():
+        links = sorted(by_head.get(head, ()), key=lambda item: -item[0])
+        chains[name] = [blob for _, blob in links]
+    return chains
+
+
+def put(db: DB, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], blobs: Sequence[Blob],
+        expected_version: int | None) -> None:
+    check_put(meta, expected_version)
+    if blobs:
+        db.many(
+            "INSERT INTO waypoint_blobs (checkpoint_id, hash, parent, data) VALUES (:c, :h, :p, :d) "
+            "ON CONFLICT DO NOTHING",
+            [{"c": meta.checkpoint_id, "h": b.hash, "p": b.parent, "d": b.data} for b in blobs],
+        )
+    inserted = db.run(
+        f"INSERT INTO waypoint_checkpoints ({_META_COLUMNS}, header, parts) VALUES "
+        "(:c, :v, :s, :st, :f, :ca, :ua, :lo, :le, :e, :hd, :p) ON CONFLICT DO NOTHING",
+        {"c": meta.checkpoint_id, "v": meta.version, "s": meta.status, "st": meta.step, "f": meta.fingerprint,
+         "ca": meta.created_at, "ua": meta.updated_at, "lo": meta.lease_owner, "le": meta.lease_expires,
+         "e": meta.error, "hd": header, "p": json.dumps(dict(parts), sort_keys=True)},
+    )
+    if inserted != 1:
+        raise CheckpointConflict(conflict_message(meta.checkpoint_id, expected_version))
+
+
+def renew_lease(db: DB, checkpoint_id: str, version: int, owner: str, expires: float) -> bool:
+    return db.run(
+        "UPDATE waypoint_checkpoints SET lease_expires = :e WHERE checkpoint_id = :c AND version = :v "
+        "AND lease_owner = :o AND version = (SELECT MAX(version) FROM waypoint_checkpoints WHERE checkpoint_id = :c)",
+        {"e": expires, "c": checkpoint_id, "v": version, "o": owner},
+    ) == 1
+
+
+def record_call(db: DB, checkpoint_id: str, version: int, call_id: str, result: bytes) -> bool:
+    return db.run(
+        "INSERT INTO waypoint_ledger (checkpoint_id, version, call_id, result, created_at) "
+        "VALUES (:c, :v, :k, :r, :t) ON CONFLICT DO NOTHING",
+        {"c": checkpoint_id, "v": version, "k": call_id, "r": result, "t": time.time()},
+    ) == 1
+
+
+def recorded_calls(db: DB, checkpoint_id: str, version: int) -> dict[str, bytes]:
+    rows = db.rows("SELECT call_id, result FROM waypoint_ledger WHERE checkpoint_id = :c AND version = :v",
+                   {"c": checkpoint_id, "v": version})
+    return {k: bytes(r) for k, r in rows}
+
+
+def history(db: DB, checkpoint_id: str, limit: int | None) -> list[CheckpointMeta]:
+    sql = f"SELECT {_META_COLUMNS} FROM waypoint_checkpoints WHERE checkpoint_id = :c ORDER BY version DESC"
+    params: dict[str, Any] = {"c": checkpoint_id}
+    if limit is not None:
+        sql += " LIMIT :n"
+        params["n"] = limit
+    return [_meta(r) for r in db.rows(sql, params)]
+
+
+def list_runs(db: DB, status: str | None, limit: int, before: float | None) -> list[CheckpointMeta]:
+    check_status(status)
+    sql = (f"SELECT {', '.join('c.' + c.strip() for c in _META_COLUMNS.split(','))} "
+           "FROM waypoint_checkpoints c JOIN (SELECT checkpoint_id, MAX(version) AS v FROM waypoint_checkpoints "
+           "GROUP BY checkpoint_id) h ON c.checkpoint_id = h.checkpoint_id AND c.version = h.v WHERE 1 = 1")
+    params: dict[str, Any] = {"n": limit}
+    if status is not None:
+        sql += " AND c.status = :s"
+        params["s"] = status
+    if before is not None:
+        sql += " AND c.updated_at < :b"
+        params["b"] = before
+    sql += " ORDER BY c.updated_at DESC, c.checkpoint_id DESC LIMIT :n"
+    return [_meta(r) for r in db.rows(sql, params)]
+
+
+def delete(db: DB, checkpoint_id: str) -> bool:
+    params = {"c": checkpoint_id}
+    existed = db.run("DELETE FROM waypoint_checkpoints WHERE checkpoint_id = :c", params) > 0
+    db.run("DELETE FROM waypoint_blobs WHERE checkpoint_id = :c", params)
+    db.run("DELETE FROM waypoint_ledger WHERE checkpoint_id = :c", params)
+    return existed
+
+
+def prune(db: DB, checkpoint_id: str, keep_last: int) -> int:
+    params: dict[str, Any] = {"c": checkpoint_id, "k": max(1, keep_last)}
+    keep_from = db.rows(
+        "SELECT MIN(version) FROM (SELECT version FROM waypoint_checkpoints WHERE checkpoint_id = :c "
+        "ORDER BY version DESC LIMIT :k) newest", params)
+    if not keep_from or keep_from[0][0] is None:
+        return 0
+    params["v"] = keep_from[0][0]
+    dropped = db.run("DELETE FROM waypoint_checkpoints WHERE checkpoint_id = :c AND version < :v", params)
+    db.run("DELETE FROM waypoint_ledger WHERE checkpoint_id = :c AND version < :v", params)
+    # Keep every blob some remaining version still reaches (heads and their whole chains).
+    heads: set[str] = set()
+    for (parts,) in db.rows("SELECT parts FROM waypoint_checkpoints WHERE checkpoint_id = :c", params):
+        heads.update(json.loads(parts).values())
+    live = {b.hash for chain in _chains(db, checkpoint_id, {h: h for h in heads}).values() for b in chain}
+    stored = [h for (h,) in db.rows("SELECT hash FROM waypoint_blobs WHERE checkpoint_id = :c", params)]
+    dead = [{"c": checkpoint_id, "h": h} for h in stored if h not in live]
+    if dead:
+        db.many("DELETE FROM waypoint_blobs WHERE checkpoint_id = :c AND hash = :h", dead)
+    return dropped
+
+
+def expire(db: DB, older_than: float, now: float | None) -> list[str]:
+    cutoff = (time.time() if now is None else now) - older_than
+    rows = db.rows(
+        "SELECT c.checkpoint_id FROM waypoint_checkpoints c JOIN (SELECT checkpoint_id, MAX(version) AS v "
+        "FROM waypoint_checkpoints GROUP BY checkpoint_id) h ON c.checkpoint_id = h.checkpoint_id AND c.version = h.v "
+        "WHERE c.status = 'interrupted' AND c.updated_at < :t ORDER BY c.checkpoint_id", {"t": cutoff})
+    gone = [r[0] for r in rows]
+    for checkpoint_id in gone:
+        delete(db, checkpoint_id)
+    return gone

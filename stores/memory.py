@@ -1,0 +1,148 @@
+"""`MemoryStore`: the store contract in process memory (tests, demos, single-process services).
+
+Every method body runs without an `await` between its reads and writes, so each call is atomic
+with respect to other coroutines on the loop: compare-and-set needs no lock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+from waypoint.engine.errors import CheckpointConflict
+from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, RunStatus
+
+from ._common import check_put, check_status, conflict_message
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    """Checkpoints kept in dictionaries; gone when the process exits."""
+
+    def __init__(self) -> None:
+        self._versions: dict[str, dict[int, tuple[CheckpointMeta, bytes, dict[str, str]]]] = {}
+        self._blobs: dict[str, dict[str, Blob]] = {}
+        self._ledger: dict[tuple[str, int], dict[str, bytes]] = {}
+
+    async def get(self, checkpoint_id: str, version: int | None = None) -> Checkpoint | None:
+        versions = self._versions.get(checkpoint_id)
+        if not versions:
+            return None
+        if version is None:
+            version = max(versions)
+        row = versions.get(version)
+        if row is None:
+            return None
+        meta, header, parts = row
+        blobs = self._blobs.get(checkpoint_id, {})
+        return Checkpoint(meta=meta, header=header, parts=dict(parts),
+                          chains={name: _chain(blobs, head) for name, head in parts.items()})
+
+    async def put(
+        self,
+        meta: CheckpointMeta,
+        header: bytes,
+        parts: Mapping[str, str],
+        blobs: Sequence[Blob],
+        *,
+        expected_version: int | None,
+    ) -> None:
+        check_put(meta, expected_version)
+        versions = self._versions.setdefault(meta.checkpoint_id, {})
+        if meta.version in versions:
+            raise CheckpointConflict(conflict_message(meta.checkpoint_id, expected_version))
+        stored = self._blobs.setdefault(meta.checkpoint_id, {})
+        for blob in blobs:
+            stored.setdefault(blob.hash, blob)
+        versions[meta.version] = (meta, bytes(header), dict(parts))
+
+    async def renew_lease(self, checkpoint_id: str, version: int, owner: str, expires: float) -> bool:
+        versions = self._versions.get(checkpoint_id) or {}
+        if not versions or max(versions) != version:
+            return False
+        meta, header, parts = versions[version]
+        if meta.lease_owner != owner:
+            return False
+        versions[version] = (_replace(meta, lease_expires=expires), header, parts)
+        return True
+
+    async def record_call(self, checkpoint_id: str, version: int, call_id: str, result: bytes) -> bool:
+        calls = self._ledger.setdefault((checkpoint_id, version), {})
+        if call_id in calls:
+            return False
+        calls[call_id] = bytes(result)
+        return True
+
+    async def recorded_calls(self, checkpoint_id: str, version: int) -> dict[str, bytes]:
+        return dict(self._ledger.get((checkpoint_id, version), {}))
+
+    async def history(self, checkpoint_id: str, *, limit: int | None = None) -> list[CheckpointMeta]:
+        versions = self._versions.get(checkpoint_id, {})
+        metas = [versions[v][0] for v in sorted(versions, reverse=True)]
+        return metas if limit is None else metas[:limit]
+
+    async def list(
+        self, *, status: RunStatus | None = None, limit: int = 100, before: float | None = None
+    ) -> list[CheckpointMeta]:
+        check_status(status)
+        newest = [v[max(v)][0] for v in self._versions.values() if v]
+        rows = [m for m in newest if (status is None or m.status == status)
+                and (before is None or m.updated_at < before)]
+        rows.sort(key=lambda m: (m.updated_at, m.checkpoint_id), reverse=True)
+        return rows[:limit]
+
+    async def delete(self, checkpoint_id: str) -> bool:
+        existed = self._versions.pop(checkpoint_id, None) is not None
+        self._blobs.pop(checkpoint_id, None)
+        for key in [k for k in self._ledger if k[0] == checkpoint_id]:
+            del self._ledger[key]
+        return existed
+
+    async def prune(self, checkpoint_id: str, *, keep_last: int = 1) -> int:
+        versions = self._versions.get(checkpoint_id)
+        if not versions:
+            return 0
+        keep = sorted(versions, reverse=True)[: max(1, keep_last)]
+        dropped = [v for v in versions if v not in keep]
+        for v in dropped:
+            del versions[v]
+            self._ledger.pop((checkpoint_id, v), None)
+        blobs = self._blobs.get(checkpoint_id, {})
+        live: set[str] = set()
+        for _, _, parts in versions.values():
+            for head in parts.values():
+                live.update(b.hash for b in _chain(blobs, head))
+        for h in [h for h in blobs if h not in live]:
+            del blobs[h]
+        return len(dropped)
+
+    async def expire(self, *, older_than: float, now: float | None = None) -> list[str]:
+        cutoff = (time.time() if now is None else now) - older_than
+        gone = [cid for cid, v in self._versions.items()
+                if v and v[max(v)][0].status == "interrupted" and v[max(v)][0].updated_at < cutoff]
+        for cid in gone:
+            await self.delete(cid)
+        return gone
+
+    async def close(self) -> None:
+        return None
+
+
+def _chain(blobs: dict[str, Blob], head: str) -> list[Blob]:
+    chain: list[Blob] = []
+    current: str | None = head
+    while current is not None:
+        blob = blobs.get(current)
+        if blob is None:
+            break  # a missing link: the engine reports the chain as corrupted
+        chain.append(blob)
+        current = blob.parent
+    chain.reverse()
+    return chain
+
+
+def _replace(meta: CheckpointMeta, **changes) -> CheckpointMeta:
+    from dataclasses import replace
+
+    return replace(meta, **changes)

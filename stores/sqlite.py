@@ -1,0 +1,155 @@
+"""`SQLiteStore(path)`: checkpoints in one SQLite file, shared safely by threads and processes.
+
+Every operation is one trip to a worker thread that owns a `sqlite3` connection, and runs there as one
+transaction (`BEGIN IMMEDIATE` for writes, so two processes never interleave a compare-and-set).
+Settings: WAL journal (readers never block the writer), `synchronous=NORMAL` (a commit is durable
+against a crash of the process, and against power loss once the WAL is checkpointed — the last
+commits before a power cut may be lost, never corrupted; pass `synchronous="FULL"` to fsync every
+commit), and a busy timeout so several processes can share the file. docs/decisions.md says why this
+store uses the standard library's driver rather than SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from waypoint.engine.errors import CheckpointError
+from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, RunStatus
+
+from . import _sql
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+
+
+class _Conn:
+    """The `_sql.DB` interface over one sqlite3 connection."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: sqlite3.Connection) -> None:
+        self.raw = raw
+
+    def rows(self, sql: str, params: Mapping[str, Any] = {}) -> list[tuple]:
+        return self.raw.execute(sql, params).fetchall()
+
+    def run(self, sql: str, params: Mapping[str, Any] = {}) -> int:
+        return self.raw.execute(sql, params).rowcount
+
+    def many(self, sql: str, params: Sequence[Mapping[str, Any]]) -> None:
+        self.raw.executemany(sql, params)
+
+
+class SQLiteStore:
+    """A `CheckPointStore` in the SQLite file at `path` (created, with its schema, on first use)."""
+
+    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0, synchronous: str = "NORMAL") -> None:
+        if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {synchronous!r}")
+        self.path = Path(path)
+        self.busy_timeout = busy_timeout
+        self.synchronous = synchronous.upper()
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: _Conn | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r})"
+
+    # --- plumbing ------------------------------------------------------------------------------------
+
+    async def _call(self, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="waypoint-sqlite")
+            executor = self._executor
+        return await asyncio.get_running_loop().run_in_executor(executor, self._transaction, fn, args, write)
+
+    def _transaction(self, fn: Callable[..., T], args: tuple, write: bool) -> T:
+        conn = self._conn or self._open()
+        raw = conn.raw
+        raw.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            result = fn(conn, *args)
+        except BaseException:
+            raw.rollback()
+            raise
+        raw.commit()
+        return result
+
+    def _open(self) -> _Conn:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            raw = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+            raw.execute("PRAGMA journal_mode=WAL")
+            raw.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn = _Conn(raw)
+            raw.execute("BEGIN IMMEDIATE")
+            try:
+                _sql.migrate(conn, "sqlite")
+            except BaseException:
+                raw.rollback()
+                raise
+            raw.commit()
+        except sqlite3.DatabaseError as err:
+            raise CheckpointError(
+                f"cannot open checkpoint database {str(self.path)!r}: {err}; check the path and that it "
+                "is a Waypoint SQLite file"
+            ) from err
+        self._conn = conn
+        return conn
+
+    # --- the store contract -------------------------------------------------------------------------------
+
+    async def get(self, checkpoint_id: str, version: int | None = None) -> Checkpoint | None:
+        return await self._call(_sql.get, checkpoint_id, version)
+
+    async def put(self, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], blobs: Sequence[Blob],
+                  *, expected_version: int | None) -> None:
+        await self._call(_sql.put, meta, header, parts, blobs, expected_version, write=True)
+
+    async def renew_lease(self, checkpoint_id: str, version: int, owner: str, expires: float) -> bool:
+        return await self._call(_sql.renew_lease, checkpoint_id, version, owner, expires, write=True)
+
+    async def record_call(self, checkpoint_id: str, version: int, call_id: str, result: bytes) -> bool:
+        return await self._call(_sql.record_call, checkpoint_id, version, call_id, result, write=True)
+
+    async def recorded_calls(self, checkpoint_id: str, version: int) -> dict[str, bytes]:
+        return await self._call(_sql.recorded_calls, checkpoint_id, version)
+
+    async def history(self, checkpoint_id: str, *, limit: int | None = None) -> list[CheckpointMeta]:
+        return await self._call(_sql.history, checkpoint_id, limit)
+
+    async def list(self, *, status: RunStatus | None = None, limit: int = 100,
+                   before: float | None = None) -> list[CheckpointMeta]:
+        return await self._call(_sql.list_runs, status, limit, before)
+
+    async def delete(self, checkpoint_id: str) -> bool:
+        return await self._call(_sql.delete, checkpoint_id, write=True)
+
+    async def prune(self, checkpoint_id: str, *, keep_last: int = 1) -> int:
+        return await self._call(_sql.prune, checkpoint_id, keep_last, write=True)
+
+    async def expire(self, *, older_than: float, now: float | None = None) -> list[str]:
+        return await self._call(_sql.expire, older_than, now, write=True)
+
+    async def close(self) -> None:
+        """Close the connection and stop the worker thread; the store reopens on next use."""
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is None:
+            return
+        await asyncio.get_running_loop().run_in_executor(executor, self._close_conn)
+        executor.shutdown(wait=True)
+
+    def _close_conn(self) -> None:
+        if self._conn is not None:
+            self._conn.raw.close()
+            self._conn = None

@@ -1,0 +1,151 @@
+"""The store contract (engine/store.py), run against every store: memory, SQLite, SQLAlchemy+SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from waypoint.engine.errors import CheckpointConflict
+from waypoint.engine.store import Blob, CheckpointMeta
+from waypoint.stores import MemoryStore, SQLiteStore, SQLStore
+
+
+@pytest.fixture(params=["memory", "sqlite", "sqlalchemy-sqlite"])
+async def store(request, tmp_path):
+    if request.param == "memory":
+        s = MemoryStore()
+    elif request.param == "sqlite":
+        s = SQLiteStore(tmp_path / "runs.db")
+    else:
+        s = SQLStore(f"sqlite+aiosqlite:///{tmp_path / 'runs.db'}")
+    yield s
+    await s.close()
+
+
+def meta(cid="run-1", version=1, status="running", updated=100.0, **kw):
+    return CheckpointMeta(checkpoint_id=cid, version=version, status=status, step=version, fingerprint="fp",
+                          created_at=1.0, updated_at=updated, **kw)
+
+
+def blob(name: str, parent: str | None = None) -> Blob:
+    return Blob(hash=f"h-{name}", data=name.encode(), parent=parent)
+
+
+async def test_put_then_get_newest_and_by_version(store):
+    assert await store.get("run-1") is None
+    await store.put(meta(version=1), b"hdr1", {"run": "h-a"}, [blob("a")], expected_version=None)
+    await store.put(meta(version=2, status="interrupted"), b"hdr2", {"run": "h-b"}, [blob("b")],
+                    expected_version=1)
+    newest = await store.get("run-1")
+    assert newest.meta.version == 2 and newest.meta.status == "interrupted" and newest.header == b"hdr2"
+    assert [b.data for b in newest.chains["run"]] == [b"b"]
+    first = await store.get("run-1", 1)
+    assert first.header == b"hdr1" and first.parts == {"run": "h-a"}
+    assert await store.get("run-1", 7) is None
+
+
+async def test_compare_and_set_rejects_a_stale_writer_and_writes_nothing(store):
+    await store.put(meta(version=1), b"h", {"run": "h-a"}, [blob("a")], expected_version=None)
+    with pytest.raises(CheckpointConflict, match="already exists"):
+        await store.put(meta(version=1), b"x", {"run": "h-x"}, [blob("x")], expected_version=None)
+    await store.put(meta(version=2), b"h2", {"run": "h-b"}, [blob("b")], expected_version=1)
+    with pytest.raises(CheckpointConflict, match="moved past version 1"):
+        await store.put(meta(version=2), b"stale", {"run": "h-c"}, [blob("c")], expected_version=1)
+    assert (await store.get("run-1")).header == b"h2"
+    with pytest.raises(ValueError, match="must be 3"):
+        await store.put(meta(version=5), b"h", {}, [], expected_version=2)
+
+
+async def test_concurrent_writers_exactly_one_wins(store):
+    await store.put(meta(version=1), b"h", {"run": "h-a"}, [blob("a")], expected_version=None)
+
+    async def writer(i):
+        try:
+            await store.put(meta(version=2), f"w{i}".encode(), {"run": "h-a"}, [], expected_version=1)
+            return "won"
+        except CheckpointConflict:
+            return "lost"
+
+    results = await asyncio.gather(*(writer(i) for i in range(8)))
+    assert results.count("won") == 1
+
+
+async def test_chains_come_back_root_first(store):
+    blobs = [blob("root"), blob("s1", parent="h-root"), blob("s2", parent="h-s1")]
+    await store.put(meta(), b"h", {"s:messages": "h-s2", "run": "h-root"}, blobs, expected_version=None)
+    got = await store.get("run-1")
+    assert [b.data for b in got.chains["s:messages"]] == [b"root", b"s1", b"s2"]
+    assert [b.parent for b in got.chains["s:messages"]] == [None, "h-root", "h-s1"]
+    assert [b.data for b in got.chains["run"]] == [b"root"]
+
+
+async def test_ledger_is_idempotent(store):
+    assert await store.record_call("run-1", 3, "call_1", b"first") is True
+    assert await store.record_call("run-1", 3, "call_1", b"second") is False
+    assert await store.record_call("run-1", 3, "call_2", b"other") is True
+    assert await store.recorded_calls("run-1", 3) == {"call_1": b"first", "call_2": b"other"}
+    assert await store.recorded_calls("run-1", 4) == {}
+
+
+async def test_history_and_list_order_filters_and_paging(store):
+    for cid, updated, status in (("a", 10.0, "completed"), ("b", 20.0, "interrupted"), ("c", 30.0, "interrupted")):
+        await store.put(meta(cid, 1, "running", updated - 5), b"h", {}, [], expected_version=None)
+        await store.put(meta(cid, 2, status, updated), b"h", {}, [], expected_version=1)
+    assert [m.version for m in await store.history("b")] == [2, 1]
+    assert [m.version for m in await store.history("b", limit=1)] == [2]
+    assert [m.checkpoint_id for m in await store.list()] == ["c", "b", "a"]
+    assert [m.checkpoint_id for m in await store.list(status="interrupted")] == ["c", "b"]
+    assert [m.checkpoint_id for m in await store.list(limit=1)] == ["c"]
+    assert [m.checkpoint_id for m in await store.list(before=30.0)] == ["b", "a"]
+    assert await store.list(status="running") == []
+    with pytest.raises(ValueError, match="unknown run status"):
+        await store.list(status="paused")
+
+
+async def test_delete(store):
+    await store.put(meta(), b"h", {"run": "h-a"}, [blob("a")], expected_version=None)
+    await store.record_call("run-1", 1, "c", b"r")
+    assert await store.delete("run-1") is True
+    assert await store.get("run-1") is None and await store.history("run-1") == []
+    assert await store.recorded_calls("run-1", 1) == {}
+    assert await store.delete("run-1") is False
+    await store.put(meta(), b"again", {"run": "h-a"}, [blob("a")], expected_version=None)  # ID reusable
+    assert (await store.get("run-1")).header == b"again"
+
+
+async def test_prune_keeps_newest_and_every_blob_it_reaches(store):
+    await store.put(meta(version=1), b"h", {"run": "h-old", "s:m": "h-root"}, [blob("old"), blob("root")],
+                    expected_version=None)
+    await store.put(meta(version=2), b"h", {"run": "h-mid", "s:m": "h-s1"}, [blob("mid"), blob("s1", "h-root")],
+                    expected_version=1)
+    await store.put(meta(version=3), b"h", {"run": "h-new", "s:m": "h-s2"}, [blob("new"), blob("s2", "h-s1")],
+                    expected_version=2)
+    await store.record_call("run-1", 1, "c", b"old")
+    await store.record_call("run-1", 3, "c", b"new")
+    assert await store.prune("run-1", keep_last=0) == 2  # never below one version
+    assert [m.version for m in await store.history("run-1")] == [3]
+    got = await store.get("run-1")
+    assert [b.data for b in got.chains["s:m"]] == [b"root", b"s1", b"s2"]  # old segments still reachable
+    assert [b.data for b in got.chains["run"]] == [b"new"]
+    assert await store.recorded_calls("run-1", 3) == {"c": b"new"}
+    assert await store.recorded_calls("run-1", 1) == {}
+    assert await store.get("run-1", 1) is None
+
+
+async def test_expire_removes_only_old_interrupted_runs(store):
+    await store.put(meta("old-paused", 1, "interrupted", updated=100.0), b"h", {}, [], expected_version=None)
+    await store.put(meta("new-paused", 1, "interrupted", updated=950.0), b"h", {}, [], expected_version=None)
+    await store.put(meta("old-done", 1, "completed", updated=100.0), b"h", {}, [], expected_version=None)
+    assert await store.expire(older_than=500.0, now=1000.0) == ["old-paused"]
+    assert await store.get("old-paused") is None
+    assert await store.get("new-paused") is not None and await store.get("old-done") is not None
+
+
+async def test_lease_renewal_only_by_owner_on_newest(store):
+    await store.put(meta(lease_owner="me", lease_expires=10.0), b"h", {}, [], expected_version=None)
+    assert await store.renew_lease("run-1", 1, "me", 99.0) is True
+    assert (await store.get("run-1")).meta.lease_expires == 99.0
+    assert await store.renew_lease("run-1", 1, "someone-else", 500.0) is False
+    await store.put(meta(version=2, lease_owner="other", lease_expires=50.0), b"h", {}, [], expected_version=1)
+    assert await store.renew_lease("run-1", 1, "me", 500.0) is False  # not the newest any more

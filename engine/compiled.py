@@ -11,14 +11,13 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import GraphBuildError, GraphInterrupted, GraphRunError, WaypointError
+from .errors import GraphBuildError, GraphRunError, WaypointError
 from .events import Emitter, Event
 from .graph import END, START, Branch
 from .interrupts import InterruptCtx, InterruptInfo, interrupt_id
 from .nodes import NodeRunnable, _Fn, as_runnable
 from .position import InterruptRecord, RunPosition
 from .retry import RetryPolicy
-from .runner import Run, RunInterrupted
 
 if TYPE_CHECKING:
     from .graph import Graph
@@ -86,6 +85,7 @@ class CompiledGraph:
         max_steps: int | None,
         trigger: str,
         serializer: Any,
+        lease_seconds: float = 30.0,
     ) -> None:
         self.name = g.name
         self.state_factory = g.state_factory
@@ -96,6 +96,8 @@ class CompiledGraph:
         self.interrupt_before = interrupt_before
         self.interrupt_after = interrupt_after
         self.serializer = serializer
+        self.lease_seconds = lease_seconds
+        self._structure: dict[str, Any] | None = None
         self._edges = tuple(g.edges)
         self._branches = tuple(g.branches)
         self.order = {START: -1, **{k: i for i, k in enumerate(g.nodes)}, END: len(g.nodes)}
@@ -159,76 +161,70 @@ class CompiledGraph:
 
     # --- running ------------------------------------------------------------------------------------
 
-    async def ainvoke(
-        self,
-        input: Any,
-        *,
-        checkpoint_id: str | None = None,
-        callbacks: Sequence[Any] = (),
-        max_steps: int | None = None,
-    ) -> Any:
-        """Run the graph on `input` and return what reaches END.
+    async def ainvoke(self, input: Any, *, callbacks: Sequence[Any] = (), **options: Any) -> Any:
+        """Run the graph on `input` (or resume it) and return what reaches END.
 
-        Raises `NodeError` when a node fails, `GraphInterrupted` when the run pauses,
-        `MaxStepsExceeded` when a Pregel run loops too long, `GraphRunError` for routing/merge errors.
+        Options: `checkpoint_id`, `resume` ({id: data} | [ids] | True), `force_new_run`, `write_to`,
+        `version`, `takeover`, `max_steps` (docs/resume.md). Raises `NodeError` when a node fails,
+        `GraphInterrupted` when the run pauses, `MaxStepsExceeded`, `GraphRunError`, and the
+        checkpoint errors of `WaypointError`'s tree when the stored run does not allow it.
         """
-        return await self._run(input, checkpoint_id=checkpoint_id, emitter=Emitter(callbacks),
-                               max_steps=max_steps, streaming=False, sink=None)
+        return await self._run(input, options, emitter=Emitter(callbacks), streaming=False, sink=None)
 
     def invoke(self, input: Any, **options: Any) -> Any:
         """`ainvoke` for synchronous callers. Refuses to run inside a running event loop."""
         return run_sync(lambda: self.ainvoke(input, **options), what=f"graph '{self.name}'.invoke()")
 
-    async def astream(
-        self,
-        input: Any,
-        *,
-        checkpoint_id: str | None = None,
-        callbacks: Sequence[Any] = (),
-        max_steps: int | None = None,
-    ) -> AsyncIterator[Any]:
-        """Run every node in stream mode and yield the output chunks that reach END, as they come."""
+    async def astream(self, input: Any, *, callbacks: Sequence[Any] = (), **options: Any) -> AsyncIterator[Any]:
+        """Run every node in stream mode and yield the output chunks that reach END, as they come.
+
+        Takes the options of `ainvoke`; ends by raising what the run raised."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        run = self._run(input, checkpoint_id=checkpoint_id, emitter=Emitter(callbacks),
-                        max_steps=max_steps, streaming=True, sink=queue.put_nowait)
+        run = self._run(input, options, emitter=Emitter(callbacks), streaming=True, sink=queue.put_nowait)
         async for item in _drain(run, queue):
             yield item
 
-    async def aevents(
-        self,
-        input: Any,
-        *,
-        checkpoint_id: str | None = None,
-        callbacks: Sequence[Any] = (),
-        max_steps: int | None = None,
-        streaming: bool = True,
-    ) -> AsyncIterator[Event]:
+    async def aevents(self, input: Any, *, callbacks: Sequence[Any] = (), streaming: bool = True,
+                      **options: Any) -> AsyncIterator[Event]:
         """Run the graph and yield every node-level `Event` (start, chunk, end, error, interrupt,
-        checkpoint). Ends by raising what the run raised (e.g. `GraphInterrupted`)."""
+        checkpoint). Takes the options of `ainvoke`; ends by raising what the run raised."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        run = self._run(input, checkpoint_id=checkpoint_id, emitter=Emitter(callbacks, sink=queue.put_nowait),
-                        max_steps=max_steps, streaming=streaming, sink=None)
+        run = self._run(input, options, emitter=Emitter(callbacks, sink=queue.put_nowait),
+                        streaming=streaming, sink=None)
         async for item in _drain(run, queue):
             yield item
 
-    async def _run(self, input: Any, *, checkpoint_id: str | None, emitter: Emitter,
-                   max_steps: int | None, streaming: bool, sink: Callable[[Any], None] | None) -> Any:
-        if checkpoint_id is not None and self.store is None:
-            raise WaypointError(
-                f"graph '{self.name}': checkpoint_id={checkpoint_id!r} was given but the graph was compiled "
-                "without a store; compile(store=MemoryStore() or SQLiteStore(path))"
-            )
-        if max_steps is not None and (self.trigger == "all" or max_steps < 1):
-            raise WaypointError(f"graph '{self.name}': max_steps={max_steps!r} needs trigger='any' and a value >= 1")
-        run = Run(self, emitter=emitter, streaming=streaming, sink=sink, max_steps=max_steps)
-        run.start(input)
+    async def _run(self, input: Any, options: dict[str, Any], *, emitter: Emitter, streaming: bool,
+                   sink: Callable[[Any], None] | None) -> Any:
+        from .lifecycle import RunOptions, run_graph
+
         try:
-            return await run.execute()
-        except RunInterrupted as paused:
-            info = interrupt_info(paused.run.pos, paused.run.address)
-            if emitter.active:
-                await emitter.emit(Event("interrupt", (), info, paused.run.pos.step))
-            raise GraphInterrupted(info, checkpoint_id=checkpoint_id) from None
+            opts = RunOptions(**options)
+        except TypeError:
+            known = ", ".join(RunOptions.__dataclass_fields__)
+            raise TypeError(f"graph '{self.name}': unknown run option(s) in {sorted(options)}; known: {known}") from None
+        if opts.max_steps is not None and (self.trigger == "all" or opts.max_steps < 1):
+            raise WaypointError(f"graph '{self.name}': max_steps={opts.max_steps!r} needs trigger='any' and a value >= 1")
+        return await run_graph(self, input, opts, emitter=emitter, streaming=streaming, sink=sink)
+
+    # --- what checkpoints need ----------------------------------------------------------------------
+
+    @property
+    def structure(self) -> dict[str, Any]:
+        """The graph's shape as plain data (what a checkpoint's fingerprint is computed from)."""
+        if self._structure is None:
+            from .checkpoint import graph_structure
+
+            self._structure = graph_structure(self)
+        return self._structure
+
+    def get_serializer(self) -> Any:
+        """The codec checkpoints are written with (the default one unless compile(serializer=...))."""
+        if self.serializer is None:
+            from .serde import default_serializer
+
+            self.serializer = default_serializer
+        return self.serializer
 
     # --- pictures -------------------------------------------------------------------------------------
 
@@ -258,7 +254,8 @@ def interrupt_info(pos: RunPosition, address: str) -> InterruptInfo:
                 contexts.append(ctx)
 
     walk(pos.interrupts, None)
-    return InterruptInfo(contexts=tuple(contexts))
+    return InterruptInfo(contexts=tuple(contexts), before_nodes=tuple(pos.paused_before),
+                         after_nodes=tuple(pos.paused_after))
 
 
 async def _drain(run: Any, queue: asyncio.Queue[Any]) -> AsyncIterator[Any]:

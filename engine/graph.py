@@ -150,13 +150,20 @@ class Graph:
         max_steps: int | None = None,
         trigger: Trigger = "any",
         serializer: Any = None,
+        lease_seconds: float = 30.0,
     ) -> CompiledGraph:
-        """Check the graph and freeze it. Raises `GraphBuildError` naming the node or edge at fault."""
+        """Check the graph and freeze it. Raises `GraphBuildError` naming the node or edge at fault.
+
+        `store` + `durability` decide what is recorded (docs/stores.md); `lease_seconds` is how long a
+        running run's claim lasts without renewal before another process may take it over.
+        """
         from .compiled import CompiledGraph
         from .compile_checks import check_graph
 
         check_graph(self, trigger=trigger, max_steps=max_steps,
                     interrupt_before=interrupt_before, interrupt_after=interrupt_after)
+        if lease_seconds <= 0:
+            raise GraphBuildError(f"graph '{self.name}': lease_seconds must be > 0, got {lease_seconds}")
         if durability is not None and durability not in ("step", "interrupt", "exit"):
             raise GraphBuildError(
                 f"graph '{self.name}': durability must be 'step', 'interrupt' or 'exit', got {durability!r}"
@@ -165,7 +172,7 @@ class Graph:
         return CompiledGraph(
             self, store=store, durability=durability or ("step" if store is not None else "exit"),
             interrupt_before=tuple(interrupt_before), interrupt_after=tuple(interrupt_after),
-            max_steps=max_steps, trigger=trigger, serializer=serializer,
+            max_steps=max_steps, trigger=trigger, serializer=serializer, lease_seconds=lease_seconds,
         )
 
     def _check_open(self, what: str) -> None:

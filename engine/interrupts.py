@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .scope import current_task
+
 __all__ = [
     "Interrupt",
     "StatefulInterrupt",
@@ -32,6 +34,9 @@ class Interrupt(BaseException):
         self.state: Any = None
         self.has_state = False
         self.subs: tuple[Interrupt, ...] = ()
+        scope = current_task()
+        # Where it was raised (a tool call inside a node has a deeper address than the node).
+        self.address: str | None = scope.address if scope is not None else None
 
 
 class StatefulInterrupt(Interrupt):

@@ -11,6 +11,7 @@ after a step and reading it back in another process is all a resume needs:
 - `skipped`: DAG only, `{node: [sources]}` that will send nothing (branch not taken).
 - `state`: the run-local state object; `step`: completed supersteps (Pregel) or tasks (DAG).
 - `interrupts`: `{node: InterruptRecord}` for tasks that paused; their inputs stay in `pending`.
+- `paused_before` / `paused_after`: nodes a static `interrupt_before` / `interrupt_after` stopped at.
 - `output` and `done` once the run has reached END.
 """
 
@@ -44,5 +45,7 @@ class RunPosition:
     skipped: dict[str, list[str]] = field(default_factory=dict)
     state: Any = None
     interrupts: dict[str, InterruptRecord] = field(default_factory=dict)
+    paused_before: list[str] = field(default_factory=list)
+    paused_after: list[str] = field(default_factory=list)
     done: bool = False
     output: Any = None

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .errors import GraphRunError, MaxStepsExceeded, NodeError, WaypointError
@@ -25,6 +23,7 @@ from .graph import END, START
 from .interrupts import Interrupt
 from .merge import merge_values
 from .position import InterruptRecord, RunPosition
+from .scope import _TASK, TaskScope, current_task
 from .streams import Chunks, to_chunks, to_value
 
 if TYPE_CHECKING:
@@ -39,24 +38,6 @@ class RunInterrupted(BaseException):
     def __init__(self, run: Run) -> None:
         super().__init__(run.graph.name)
         self.run = run
-
-
-@dataclass(frozen=True, slots=True)
-class TaskScope:
-    """What code running inside a task can ask about itself (used by interrupts and tools)."""
-
-    run: Run
-    node: str
-    path: tuple[str, ...]
-    address: str
-
-
-_TASK: ContextVar[TaskScope | None] = ContextVar("waypoint_task", default=None)
-
-
-def current_task() -> TaskScope | None:
-    """The task the calling code runs in, or None outside a run."""
-    return _TASK.get()
 
 
 class _Done:
@@ -97,6 +78,9 @@ class Run:
         self.max_steps = max_steps or graph.max_steps
         self.checkpoint = checkpoint
         self.pos = RunPosition()
+        self.resume: Any = None  # the caller's ResumeRequest, shared with nested runs
+        self.resumed: dict[str, InterruptRecord] = {}  # address -> what paused there last time
+        self.released: set[str] = set()
 
     # --- phase 1: start or restore ---------------------------------------------------------------
 
@@ -106,15 +90,26 @@ class Run:
         self.pos = RunPosition(state=factory() if factory is not None else self.parent_state)
         self.pos.pending[START] = input
 
-    def restore(self, pos: RunPosition) -> None:
-        """Continue from a stored position."""
+    def restore(self, pos: RunPosition, resume: Any = None) -> None:
+        """Continue from a stored position; `resume` is the caller's `ResumeRequest` (or None)."""
+        from .resume import resumed_records
+
         self.pos = pos
         if self.graph.state_factory is None:
             pos.state = self.parent_state
+        self.resume = resume
+        self.resumed = resumed_records(pos)
+        self.released = set(pos.paused_before)  # a static pause is passed once resumed
+        pos.paused_before, pos.paused_after = [], []
 
     @property
     def state(self) -> Any:
         return self.pos.state
+
+    @property
+    def paused(self) -> bool:
+        pos = self.pos
+        return bool(pos.interrupts or pos.paused_before or pos.paused_after)
 
     async def execute(self) -> Any:
         """Run to END and return the output; raises `RunInterrupted` when tasks paused."""
@@ -122,13 +117,13 @@ class Run:
         if START in pos.pending:
             value = pos.pending.pop(START)
             targets = await self._route(self.graph.start, value)
-            self._apply(self._done_start(value, targets))
+            self._apply(_Done(self.graph.start, value, targets))
             self._advance()
         if self.graph.trigger == "all":
             await self._loop_dag()
         else:
             await self._loop_pregel()
-        if pos.interrupts:
+        if self.paused:
             raise RunInterrupted(self)
         if not pos.done:
             raise GraphRunError(
@@ -137,14 +132,36 @@ class Run:
             )
         return pos.output
 
-    def _done_start(self, value: Any, targets: tuple[str, ...]) -> _Done:
-        return _Done(self.graph.start, value, targets)
+    # --- plan: which pending tasks may start ------------------------------------------------------
+
+    def _may_start(self, key: str) -> bool | None:
+        """True: start it. False: it stays paused. None: a static interrupt_before stops it."""
+        record = self.pos.interrupts.get(key)
+        if record is not None:  # paused last time: runs again only if the caller targeted it
+            return self.resume is not None and self.resume.targets(record)
+        if key in self.graph.interrupt_before and key not in self.released:
+            return None
+        self.released.discard(key)
+        return True
 
     # --- the two loops ----------------------------------------------------------------------------
 
     async def _loop_pregel(self) -> None:
         pos = self.pos
         while pos.pending and not pos.done:
+            tasks, blocked = [], []
+            for key, value in pos.pending.items():
+                verdict = self._may_start(key)
+                if verdict:
+                    tasks.append((key, value))
+                elif verdict is None:
+                    blocked.append(key)
+            if blocked:  # a superstep with a node under interrupt_before does not start at all
+                pos.paused_before = blocked
+                await self._checkpoint("step")
+                return
+            if not tasks:
+                return
             if pos.step >= self.max_steps:
                 raise MaxStepsExceeded(
                     f"graph '{self.graph.name}' reached max_steps={self.max_steps} supersteps without "
@@ -152,14 +169,14 @@ class Run:
                     "unintended cycle",
                     max_steps=self.max_steps,
                 )
-            results = await self._submit_all(list(pos.pending.items()))
+            results = await self._submit_all(tasks)
             for done in results:
                 self._apply(done)
             if not pos.interrupts:
                 self._advance()
-            pos.step += 1
+                pos.step += 1
             await self._checkpoint("step")
-            if pos.interrupts:
+            if self.paused:
                 return
 
     async def _loop_dag(self) -> None:
@@ -167,8 +184,17 @@ class Run:
         running: dict[asyncio.Task, str] = {}
         try:
             while True:
-                startable = [] if pos.interrupts else [k for k in pos.pending if k not in running.values()]
-                if len(startable) == 1 and not running:  # the common linear case: no task object
+                startable = []
+                if not self.paused:  # once anything paused, only running tasks finish
+                    for key in pos.pending:
+                        if key in running.values():
+                            continue
+                        verdict = self._may_start(key)
+                        if verdict:
+                            startable.append(key)
+                        elif verdict is None:
+                            pos.paused_before.append(key)
+                if len(startable) == 1 and not running and not self.paused:  # linear case: no task object
                     key = startable[0]
                     done = await self._task(self.graph.nodes[key], pos.pending[key])
                     self._apply(done)
@@ -179,6 +205,8 @@ class Run:
                     task = asyncio.ensure_future(self._task(self.graph.nodes[key], pos.pending[key]))
                     running[task] = key
                 if not running:
+                    if pos.paused_before:
+                        await self._checkpoint("step")
                     return
                 finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 order = self.graph.order
@@ -212,6 +240,8 @@ class Run:
             return
         pos.pending.pop(key, None)
         pos.interrupts.pop(key, None)
+        if key in self.graph.interrupt_after:
+            pos.paused_after.append(key)
         output = done.output
         inbox = pos.inbox
         for target in done.targets:
@@ -375,9 +405,10 @@ class Run:
             node.subgraph, path=path, address=f"{self.address};node:{node.key}", emitter=self.emitter,
             streaming=self.streaming, parent_state=self.pos.state,
         )
+        child.resume = self.resume
         saved = self.pos.interrupts.get(node.key)
         if saved is not None and saved.child is not None:
-            child.restore(saved.child)
+            child.restore(saved.child, self.resume)
         else:
             child.start(value)
         return await child.execute()
@@ -410,11 +441,16 @@ class Run:
         if isinstance(signal, RunInterrupted):
             return InterruptRecord(address=address, child=signal.run.pos)
         assert isinstance(signal, Interrupt)
-        return InterruptRecord(
-            address=address, info=signal.info, state=signal.state, has_state=signal.has_state,
-            subs=[InterruptRecord(address=f"{address};sub:{i}", info=s.info, state=s.state,
-                                  has_state=s.has_state) for i, s in enumerate(signal.subs)],
-        )
+        return _record(signal, signal.address or address)
+
+
+def _record(signal: Interrupt, address: str) -> InterruptRecord:
+    subs = [
+        _record(sub, sub.address if sub.address and sub.address != address else f"{address};sub:{i}")
+        for i, sub in enumerate(signal.subs)
+    ]
+    return InterruptRecord(address=address, info=signal.info, state=signal.state,
+                           has_state=signal.has_state, subs=subs)
 
 
 def _take_key(node: CNode, value: Any) -> Any:

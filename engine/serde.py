@@ -18,30 +18,34 @@ Guarantees:
 3. Whatever bytes `loads` is given, it returns a value or raises a `CheckpointCorrupted` subclass
    (`UnsupportedFormat`, `UnknownType`); never a raw msgpack, `ValueError`, `RecursionError`, ....
 4. Decoding is bounded: records above `MAX_RECORD_BYTES` are refused, msgpack's length limits are
-   the record's own length, and nesting is capped by msgpack's fixed stacks (the writer refuses
-   values nested more than 511 containers deep, the reader anything beyond 1024).
+   the record's own length, and nesting is capped by msgpack's fixed stack (1023 containers; the
+   writer refuses deeper values, so it never writes what the reader would refuse).
 """
 
 from __future__ import annotations
 
-import enum
-import functools
 import hashlib
 import hmac
-import os
-import re
 import threading
 import zlib
 from collections.abc import Callable
-from datetime import date, datetime, time, timedelta, timezone
-from decimal import Decimal
 from typing import Any, TypeVar, overload
-from uuid import UUID
-from zoneinfo import TZPATH, ZoneInfo, available_timezones
 
 import msgpack
 
-from ._serde_types import TypeRegistry, is_registrable, qualified_name
+from ._serde_types import (
+    BUILTIN_BUILDERS,
+    BUILTIN_ENCODERS,
+    M_REGISTERED,
+    ExtCode,
+    Marker,
+    TypeRegistry,
+    Unencodable,
+    ext_hook,
+    locate,
+    qualified_name,
+    unregistered_reason,
+)
 from .errors import CheckpointCorrupted, SerializationError, WaypointError
 
 __all__ = [
@@ -73,7 +77,6 @@ MAX_RECORD_BYTES = 512 * 1024 * 1024
 _MAX_HEADER = 1024
 _CHECKS = {"crc32": 4, "hmac-sha256": 32}  # header "check" -> trailer length
 _VALUE_DOMAIN = b"WPT-value\x00"  # HMAC prefix for encode_value blobs: they can never pass as records
-_MAX_WALK = 520  # error-path walk depth; beyond msgpack's write limit of 511 anyway
 
 
 class UnsupportedFormat(CheckpointCorrupted):
@@ -100,176 +103,6 @@ class UnknownType(CheckpointCorrupted):
         )
 
 
-class ExtCode(enum.IntEnum):
-    """msgpack ext type codes in checkpoint bodies. They are on disk: never renumber or reuse one.
-
-    Codes 1-15 carry their value in the ext payload. Codes 16-31 are *markers* (empty payload)
-    heading an array: `[marker, *parts]`, so containers nest natively with no recursive packing.
-    """
-
-    BIGINT = 1  # int outside msgpack's 64-bit range: signed big-endian two's complement
-    UUID = 2  # the 16 bytes of UUID.bytes
-    DECIMAL = 3  # ASCII str(Decimal), exact (NaN, Infinity and exponents included)
-    TUPLE = 16  # [m, *items]
-    SET = 17  # [m, *items]
-    FROZENSET = 18  # [m, *items]
-    DATETIME = 19  # [m, year, month, day, hour, minute, second, microsecond, fold, tz]
-    DATE = 20  # [m, proleptic ordinal]
-    TIME = 21  # [m, hour, minute, second, microsecond, fold, tz]
-    TIMEDELTA = 22  # [m, days, seconds, microseconds]
-    REGISTERED = 23  # [m, registered name, data]: field map, RootModel root, or Enum value
-
-
-# tz is nil (naive), an int (fixed offset in microseconds; 0 is UTC), [offset, name] (a named fixed
-# offset) or a str (a zoneinfo key).
-
-
-class _Marker:
-    """What a marker ext decodes to; the list hook replaces the array it heads."""
-
-    __slots__ = ("code",)
-
-    def __init__(self, code: int) -> None:
-        self.code = code
-
-    def __repr__(self) -> str:
-        return f"<waypoint codec marker {ExtCode(self.code).name}>"
-
-
-_BIGINT, _UUID, _DECIMAL = int(ExtCode.BIGINT), int(ExtCode.UUID), int(ExtCode.DECIMAL)
-_MARKERS = {int(code): _Marker(int(code)) for code in ExtCode if code >= 16}
-_M = {code: msgpack.ExtType(code, b"") for code in _MARKERS}
-_M_TUPLE, _M_SET, _M_FROZENSET = _M[ExtCode.TUPLE], _M[ExtCode.SET], _M[ExtCode.FROZENSET]
-_M_DATETIME, _M_DATE, _M_TIME = _M[ExtCode.DATETIME], _M[ExtCode.DATE], _M[ExtCode.TIME]
-_M_TIMEDELTA, _M_REGISTERED = _M[ExtCode.TIMEDELTA], _M[ExtCode.REGISTERED]
-_NATIVE = frozenset({type(None), bool, int, float, str, bytes, bytearray, memoryview, msgpack.ExtType})
-
-
-class _Unencodable(Exception):
-    """Internal: raised by the default hook; dumps turns it into a SerializationError with a path."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
-# --- built-in types: encode --------------------------------------------------------------------
-
-
-def _encode_tz(tz: Any) -> Any:
-    if tz is None:
-        return None
-    if type(tz) is timezone:
-        offset = tz.utcoffset(None)
-        micros = offset // timedelta(microseconds=1)
-        name = tz.tzname(None)
-        return micros if name == timezone(offset).tzname(None) else [micros, name]
-    if type(tz) is ZoneInfo and tz.key is not None:
-        return tz.key
-    raise _Unencodable(
-        f"its tzinfo {type(tz).__module__}.{type(tz).__qualname__} ({tz!r}) is not supported; "
-        "use datetime.timezone (UTC or a fixed offset) or zoneinfo.ZoneInfo(key)"
-    )
-
-
-_BUILTIN_ENCODERS: dict[type, Callable[[Any], Any]] = {
-    int: lambda n: msgpack.ExtType(_BIGINT, n.to_bytes((n.bit_length() + 8) // 8, "big", signed=True)),
-    tuple: lambda t: [_M_TUPLE, *t],
-    set: lambda s: [_M_SET, *s],
-    frozenset: lambda s: [_M_FROZENSET, *s],
-    datetime: lambda d: [
-        _M_DATETIME, d.year, d.month, d.day, d.hour, d.minute, d.second, d.microsecond, d.fold, _encode_tz(d.tzinfo)
-    ],
-    date: lambda d: [_M_DATE, d.toordinal()],
-    time: lambda t: [_M_TIME, t.hour, t.minute, t.second, t.microsecond, t.fold, _encode_tz(t.tzinfo)],
-    timedelta: lambda td: [_M_TIMEDELTA, td.days, td.seconds, td.microseconds],
-    UUID: lambda u: msgpack.ExtType(_UUID, u.bytes),
-    Decimal: lambda d: msgpack.ExtType(_DECIMAL, str(d).encode("ascii")),
-}
-
-
-# --- built-in types: decode --------------------------------------------------------------------
-
-_ZONE_KEY = re.compile(r"[A-Za-z0-9_+-]{1,40}(?:/[A-Za-z0-9_+-]{1,40}){0,3}")
-
-
-@functools.lru_cache(maxsize=256)
-def _zone(key: str) -> ZoneInfo:
-    """A stored zone key -> ZoneInfo, after checking it names a zone this machine has.
-
-    ZoneInfo falls back to importing `tzdata.zoneinfo.<Area>` packages; the check keeps the data
-    from choosing what gets imported: the key must be a file on TZPATH or in tzdata's own list.
-    """
-    if not _ZONE_KEY.fullmatch(key):
-        raise CheckpointCorrupted(f"stored time zone key {key!r} is not a valid IANA zone key")
-    on_disk = any(os.path.isfile(os.path.join(root, key)) for root in TZPATH)
-    if not on_disk and key not in _all_zones():
-        raise CheckpointCorrupted(
-            f"checkpoint uses time zone {key!r}, which this machine does not know; install the tzdata package"
-        )
-    return ZoneInfo(key)
-
-
-@functools.cache
-def _all_zones() -> frozenset[str]:
-    return frozenset(available_timezones())
-
-
-def _decode_tz(raw: Any) -> Any:
-    if raw is None:
-        return None
-    if type(raw) is int:
-        return timezone(timedelta(microseconds=raw))
-    if type(raw) is str:
-        return _zone(raw)
-    if type(raw) is list and len(raw) == 2 and type(raw[0]) is int and type(raw[1]) is str:
-        return timezone(timedelta(microseconds=raw[0]), raw[1])
-    raise ValueError(f"bad time zone {raw!r}")
-
-
-def _build_datetime(a: list[Any]) -> datetime:
-    _, year, month, day, hour, minute, second, micro, fold, tz = a
-    return datetime(year, month, day, hour, minute, second, micro, tzinfo=_decode_tz(tz), fold=fold)
-
-
-def _build_time(a: list[Any]) -> time:
-    _, hour, minute, second, micro, fold, tz = a
-    return time(hour, minute, second, micro, tzinfo=_decode_tz(tz), fold=fold)
-
-
-def _build_timedelta(a: list[Any]) -> timedelta:
-    _, days, seconds, micros = a
-    return timedelta(days=days, seconds=seconds, microseconds=micros)
-
-
-def _build_date(a: list[Any]) -> date:
-    _, ordinal = a
-    return date.fromordinal(ordinal)
-
-
-_BUILTIN_BUILDERS: dict[int, Callable[[list[Any]], Any]] = {
-    ExtCode.TUPLE: lambda a: tuple(a[1:]),
-    ExtCode.SET: lambda a: set(a[1:]),
-    ExtCode.FROZENSET: lambda a: frozenset(a[1:]),
-    ExtCode.DATETIME: _build_datetime,
-    ExtCode.DATE: _build_date,
-    ExtCode.TIME: _build_time,
-    ExtCode.TIMEDELTA: _build_timedelta,
-}
-
-
-def _ext_hook(code: int, payload: bytes) -> Any:
-    marker = _MARKERS.get(code)
-    if marker is not None and not payload:
-        return marker
-    if code == ExtCode.BIGINT and payload:
-        return int.from_bytes(payload, "big", signed=True)
-    if code == ExtCode.UUID:
-        return UUID(bytes=payload)
-    if code == ExtCode.DECIMAL:
-        return Decimal(payload.decode("ascii"))
-    raise CheckpointCorrupted(f"checkpoint body holds msgpack ext type {code} ({len(payload)} bytes), which Waypoint never writes")
-
-
 # --- the value codec ---------------------------------------------------------------------------
 
 
@@ -283,13 +116,14 @@ class _Codec:
     def default(self, obj: Any) -> Any:
         """msgpack's hook for everything it does not pack natively (strict_types: subclasses too)."""
         kind = type(obj)
-        encode = _BUILTIN_ENCODERS.get(kind)
+        encode = BUILTIN_ENCODERS.get(kind)
         if encode is not None:
             return encode(obj)
         entry = self.registry.entry_for_type(kind)
         if entry is not None:
-            return [_M_REGISTERED, entry.name, entry.dump(obj)]
-        raise _Unencodable(self._unregistered(kind))
+            return [M_REGISTERED, entry.name, entry.dump(obj)]
+        how = "register_type" if self.registry is default_registry else "registry.register"
+        raise Unencodable(unregistered_reason(kind, self.registry, how))
 
     def pack(self, value: Any) -> bytes:
         # A reused Packer is ~5x faster than packb on large values (no fresh 1 MiB buffer per call).
@@ -301,20 +135,22 @@ class _Codec:
             )
         self._local.packer = None
         try:
-            data = packer.pack(value)  # Packer.pack empties its buffer itself when it raises
+            # msgpack writes 1024 nested containers but reads only 1023: packing inside a one-element
+            # array (header byte 0x91, cut off below) makes the writer refuse what the reader would.
+            data: bytes = packer.pack([value])  # Packer.pack empties its buffer itself when it raises
         except BaseException:
             self._local.packer = packer
             raise
         if len(data) <= 8 * 1024 * 1024:  # do not pin a huge buffer to the thread
             self._local.packer = packer
-        return data
+        return data[1:]
 
     def unpack(self, body: Any) -> Any:
         """Raises only CheckpointCorrupted (or a subclass) on bad input."""
         try:
             return msgpack.unpackb(
                 body,
-                ext_hook=_ext_hook,
+                ext_hook=ext_hook,
                 list_hook=self._list_hook,
                 raw=False,
                 strict_map_key=False,  # int, tuple, ... keys are legitimate
@@ -327,12 +163,12 @@ class _Codec:
             raise CheckpointCorrupted(f"checkpoint body does not decode: {type(exc).__name__}: {exc}") from exc
 
     def _list_hook(self, items: list[Any]) -> Any:
-        if not items or type(items[0]) is not _Marker:
+        if not items or type(items[0]) is not Marker:
             return items
         code = items[0].code
         if code == ExtCode.REGISTERED:
             return self._build_registered(items)
-        return _BUILTIN_BUILDERS[code](items)
+        return BUILTIN_BUILDERS[code](items)
 
     def _build_registered(self, items: list[Any]) -> Any:
         _, name, data = items
@@ -347,79 +183,17 @@ class _Codec:
                 f"{type(exc).__name__}: {exc} (did the class change since the checkpoint was written?)"
             ) from exc
 
-    # --- the error path: find where in the value the unwritable part sits ----------------------
-
     def explain(self, value: Any, root: str, cause: BaseException) -> SerializationError:
-        try:
-            found = self._locate(value, root, 0, set())
-        except RecursionError:
-            found = None
+        """The write-time error for `value`: the failing part's path and the fix, found by a slow walk."""
+        found = locate(value, root, self.default, self.registry)
+        if found is None and "recursion limit" in str(cause):  # msgpack's nesting limit; too deep to walk
+            return SerializationError(
+                f"cannot write {root}: it is nested more than 1023 containers deep, or contains itself"
+            )
         if found is None:
             return SerializationError(f"cannot write {root}: {type(cause).__name__}: {cause}")
         path, reason = found
         return SerializationError(f"cannot write {path}: {reason}")
-
-    def _locate(self, obj: Any, path: str, depth: int, active: set[int]) -> tuple[str, str] | None:
-        """(path, reason) of the first part of `obj` that cannot be written, or None."""
-        kind = type(obj)
-        if kind in _NATIVE:
-            return None
-        if depth > _MAX_WALK or id(obj) in active:
-            return path, "the value is nested too deeply (more than 511 levels) or contains itself (a cycle)"
-        if kind is list:
-            children = [(f"{path}[{i}]", item) for i, item in enumerate(obj)]
-        elif kind is dict:
-            children = [pair for key, item in obj.items() for pair in _dict_children(path, key, item)]
-        else:
-            try:
-                replacement = self.default(obj)
-            except _Unencodable as exc:
-                return path, exc.reason
-            children = self._children_of(kind, replacement, path)
-        active.add(id(obj))
-        try:
-            for child_path, child in children:
-                found = self._locate(child, child_path, depth + 1, active)
-                if found is not None:
-                    return found
-        finally:
-            active.discard(id(obj))
-        return None
-
-    def _children_of(self, kind: type, replacement: Any, path: str) -> list[tuple[str, Any]]:
-        if kind is tuple:
-            return [(f"{path}[{i}]", item) for i, item in enumerate(replacement[1:])]
-        if kind is set or kind is frozenset:
-            return [(f"{path}<element {i}>", item) for i, item in enumerate(replacement[1:])]
-        entry = self.registry.entry_for_type(kind)
-        if entry is None:  # datetime, UUID, ...: no children that could fail
-            return []
-        data = replacement[2]
-        if entry.kind in ("model", "dataclass"):
-            return [(f"{path}.{name}", item) for name, item in data.items()]
-        return [(f"{path}.{'root' if entry.kind == 'root_model' else 'value'}", data)]
-
-    def _unregistered(self, kind: type) -> str:
-        what = qualified_name(kind)
-        how = "register_type" if self.registry is default_registry else "registry.register"
-        if is_registrable(kind):
-            base = self.registry.registered_base(kind)
-            hint = f" (its base class is registered as {base.name!r}, but each subclass needs its own name)" if base else ""
-            return (
-                f"{what} is not registered with the Waypoint codec{hint}. Register it before writing: "
-                f"{how}({kind.__name__}) or decorate the class with @register_type"
-            )
-        return (
-            f"{what} is not a type the Waypoint codec can write. Convert it to a supported built-in "
-            f"type, or keep its data in a dataclass or pydantic model registered with {how}(...) / "
-            "@register_type"
-        )
-
-
-def _dict_children(path: str, key: Any, item: Any) -> list[tuple[str, Any]]:
-    shown = repr(key)
-    shown = shown if len(shown) <= 40 else shown[:37] + "..."
-    return [(f"{path}<key {shown}>", key), (f"{path}[{shown}]", item)]
 
 
 # --- the record envelope -----------------------------------------------------------------------
@@ -467,7 +241,9 @@ class Serializer:
         """
         body = self._seal(self._encode(value, root))
         if len(body) > MAX_RECORD_BYTES:
-            raise SerializationError(f"cannot write {root}: the record would be {len(body)} bytes, over MAX_RECORD_BYTES")
+            raise SerializationError(
+                f"cannot write {root}: the record would be {len(body)} bytes, over MAX_RECORD_BYTES"
+            )
         return b"".join((self._head, body, self._trailer(self._head, body)))
 
     def loads(self, data: bytes | bytearray | memoryview) -> Any:
@@ -525,11 +301,28 @@ class Serializer:
             view = self._open(view)
         return self._codec.unpack(view)
 
+    def pack(self, value: Any, *, root: str = "value") -> bytes:
+        """The bare msgpack encoding of `value`: no envelope, no signature, no encryption.
+
+        For parts nested inside something that `encode_value` or `dumps` then protects (the items of
+        an append segment, say); on its own it is neither checked nor confidential. Deterministic for
+        equal values of the same shape (sets excepted), so encodings can be compared.
+        Raises `SerializationError` like `dumps`.
+        """
+        return self._encode(value, root)
+
+    def unpack(self, data: bytes | bytearray | memoryview) -> Any:
+        """Decode bytes written by `pack`; bad input raises `CheckpointCorrupted` (or a subclass)."""
+        view = _as_view(data)
+        if len(view) > MAX_RECORD_BYTES:
+            raise CheckpointCorrupted(f"packed value is {len(view)} bytes, over MAX_RECORD_BYTES")
+        return self._codec.unpack(view)
+
     def _encode(self, value: Any, root: str) -> bytes:
         try:
             return self._codec.pack(value)
         except Exception as exc:  # unregistered type, cycle, too deep, ...: explain with a path
-            raise self._codec.explain(value, root, exc) from (None if isinstance(exc, _Unencodable) else exc)
+            raise self._codec.explain(value, root, exc) from (None if isinstance(exc, Unencodable) else exc)
 
     def _seal(self, body: bytes) -> bytes:
         if self._encrypt is None:
@@ -572,7 +365,9 @@ class Serializer:
                 "signed with it (an unsigned record could have been written by anyone)"
             )
         if self._key is None and check == "hmac-sha256":
-            raise CheckpointCorrupted("checkpoint record is signed (HMAC-SHA256); pass the signing key= to Serializer to read it")
+            raise CheckpointCorrupted(
+                "checkpoint record is signed (HMAC-SHA256); pass the signing key= to Serializer to read it"
+            )
         if not hmac.compare_digest(self._trailer(view[:end]), view[end:]):
             if self._key is not None:
                 raise CheckpointCorrupted(_SIGNATURE_FAILED.format(what="checkpoint record"))
@@ -598,7 +393,7 @@ def _read_header(view: memoryview, header_end: int) -> tuple[str, bool]:
     try:
         header = msgpack.unpackb(view[5:header_end], raw=False)
     except Exception as exc:  # any msgpack failure here means a damaged header
-        raise CheckpointCorrupted(f"checkpoint record header does not decode: {type(exc).__name__}: {exc}") from exc
+        raise CheckpointCorrupted(f"record header does not decode: {type(exc).__name__}: {exc}") from exc
     fmt = header.get("format") if type(header) is dict else None
     if type(fmt) is not int:
         raise CheckpointCorrupted("checkpoint record header has no format number")
@@ -653,4 +448,3 @@ def encode_value(value: Any, *, root: str = "value") -> bytes:
 def decode_value(data: bytes | bytearray | memoryview) -> Any:
     """`default_serializer.decode_value`."""
     return default_serializer.decode_value(data)
-

@@ -9,7 +9,8 @@ a value is needed is a `GraphRunError`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .errors import GraphRunError
@@ -38,19 +39,11 @@ def _lookup(registry: dict[type, Callable], cls: type) -> Callable | None:
     return None
 
 
+@dataclass(slots=True)
 class Chunks:
     """The materialised output stream of one node in a streaming run: an ordered list of chunks."""
 
-    __slots__ = ("items",)
-
-    def __init__(self, items: Iterable[Any]) -> None:
-        self.items = list(items)
-
-    def __repr__(self) -> str:
-        return f"Chunks({self.items!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Chunks) and other.items == self.items
+    items: list[Any]
 
     async def aiter(self) -> AsyncIterator[Any]:
         for item in self.items:

@@ -1,0 +1,328 @@
+"""A run's position as store content: parts, content-addressed blobs, and append segments.
+
+`Checkpointer` is the engine side of the store contract (engine/store.py) for one run. It turns a
+`RunPosition` into *parts*:
+
+- `run`   — step, pending tasks and their inputs, inbox, skips, interrupts, output (small; changes
+            every step, so written every step);
+- `graph` — the graph's structure, for `GraphMismatch` messages (same bytes every step: written once);
+- `s:<field>` — one part per field of the run-local state (a dict's keys, a registered dataclass's or
+            pydantic model's fields; any other state is one part `s:`).
+
+Each part is a blob whose hash is its address, so an unchanged part is never written twice. A part
+whose value is a list is a *chain*: a root segment plus append segments, each naming its parent. When
+a list only grew since the last write (the common case: a conversation), only the new items are
+written. That keeps the bytes written per step flat as history grows (docs/stores.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import CheckpointCorrupted, WaypointError
+from .position import InterruptRecord, RunPosition
+from .store import Blob, Checkpoint, CheckpointMeta, CheckPointStore
+from .streams import Chunks
+
+if TYPE_CHECKING:
+    from .compiled import CompiledGraph
+    from .serde import Serializer
+
+__all__ = ["Checkpointer", "fingerprint", "graph_structure", "new_owner"]
+
+_FORMAT = 1
+
+
+def new_owner() -> str:
+    """A lease owner name unique to this process and call: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def graph_structure(graph: CompiledGraph) -> dict[str, Any]:
+    """What makes two graphs the same for resuming: names, nodes, routes, trigger, subgraphs."""
+    nodes: dict[str, Any] = {}
+    for key, node in graph.nodes.items():
+        nodes[key] = graph_structure(node.subgraph) if node.subgraph is not None else "node"
+    return {
+        "name": graph.name,
+        "trigger": graph.trigger,
+        "nodes": nodes,
+        "edges": sorted([a, b] for a, b in graph._edges),
+        "branches": sorted([b.source, sorted(map(str, b.ends.values()))] for b in graph._branches),
+    }
+
+
+def fingerprint(structure: dict[str, Any]) -> str:
+    import msgpack
+
+    return hashlib.blake2b(msgpack.packb(structure, use_bin_type=True), digest_size=12).hexdigest()
+
+
+@dataclass(slots=True)
+class _PartCache:
+    """What was last written for one part: its head hash and, for lists, each item's bytes."""
+
+    head: str
+    items: list[bytes] | None = None
+    segments: int = 1
+
+
+@dataclass(kw_only=True)
+class Loaded:
+    """A version read back: its meta and the decoded position and graph structure."""
+
+    meta: CheckpointMeta
+    position: RunPosition
+    structure: dict[str, Any]
+
+
+@dataclass(kw_only=True)
+class Checkpointer:
+    """Reads and writes one run's versions in a store (one per `ainvoke`)."""
+
+    store: CheckPointStore
+    serializer: Serializer
+    checkpoint_id: str
+    graph_structure: dict[str, Any]
+    owner: str = field(default_factory=new_owner)
+    lease_seconds: float = 30.0
+    version: int | None = None
+    created_at: float | None = None
+    _cache: dict[str, _PartCache] = field(default_factory=dict)
+    _known: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.fingerprint = fingerprint(self.graph_structure)
+        _register_engine_types(self.serializer)
+
+    # --- writing -------------------------------------------------------------------------------------
+
+    async def save(self, pos: RunPosition, status: str, *, error: str | None = None) -> CheckpointMeta:
+        """Write the next version (compare-and-set on the one this run last read or wrote)."""
+        now = time.time()
+        blobs: list[Blob] = []
+        parts = {"run": self._whole("run", _position_to_plain(pos), blobs),
+                 "graph": self._whole("graph", self.graph_structure, blobs)}
+        state_kind, fields = _split_state(pos.state, self.serializer)
+        for name, value in fields.items():
+            key = f"s:{name}"
+            parts[key] = self._list(key, value, blobs) if type(value) is list else self._whole(key, value, blobs)
+        header = self.serializer.dumps({"format": _FORMAT, "parts": parts, "state": state_kind},
+                                       root=f"checkpoint '{self.checkpoint_id}'")
+        running = status == "running"
+        meta = CheckpointMeta(
+            checkpoint_id=self.checkpoint_id, version=(self.version or 0) + 1, status=status,
+            step=pos.step, fingerprint=self.fingerprint, created_at=self.created_at or now, updated_at=now,
+            lease_owner=self.owner if running else None,
+            lease_expires=now + self.lease_seconds if running else None, error=error,
+        )
+        await self.store.put(meta, header, parts, blobs, expected_version=self.version)
+        self.version = meta.version
+        self.created_at = meta.created_at
+        self._known.update(b.hash for b in blobs)
+        return meta
+
+    def _hash(self, parent: str | None, data: bytes) -> str:
+        h = hashlib.blake2b(digest_size=16)
+        if parent:
+            h.update(parent.encode())
+        h.update(data)
+        return h.hexdigest()
+
+    def _whole(self, name: str, value: Any, blobs: list[Blob]) -> str:
+        data = self.serializer.encode_value(value, root=f"{self.checkpoint_id}.{name}")
+        digest = self._hash(None, data)
+        if digest not in self._known:
+            blobs.append(Blob(hash=digest, data=data))
+        self._cache[name] = _PartCache(head=digest)
+        return digest
+
+    def _list(self, name: str, items: list[Any], blobs: list[Blob]) -> str:
+        ser = self.serializer
+        encoded = [ser.pack(item, root=f"{self.checkpoint_id}.{name}[{i}]") for i, item in enumerate(items)]
+        cached = self._cache.get(name)
+        if cached is not None and cached.items is not None and cached.items and len(encoded) >= len(cached.items) \
+                and encoded[: len(cached.items)] == cached.items:
+            if len(encoded) == len(cached.items):
+                return cached.head
+            parent, new, segments = cached.head, encoded[len(cached.items):], cached.segments + 1
+        else:
+            parent, new, segments = None, encoded, 1
+        data = ser.encode_value(new)
+        digest = self._hash(parent, data)
+        if digest not in self._known:
+            blobs.append(Blob(hash=digest, data=data, parent=parent))
+        self._cache[name] = _PartCache(head=digest, items=encoded, segments=segments)
+        return digest
+
+    # --- reading -------------------------------------------------------------------------------------
+
+    async def load(self, version: int | None = None) -> Loaded | None:
+        """Read the newest (or a given) version; None if the run does not exist."""
+        record = await self.store.get(self.checkpoint_id, version)
+        if record is None:
+            return None
+        loaded = self.decode(record)
+        self.version = record.meta.version if version is None else self.version
+        self.created_at = record.meta.created_at
+        self._known.update(b.hash for chain in record.chains.values() for b in chain)
+        return loaded
+
+    def decode(self, record: Checkpoint) -> Loaded:
+        """Verify and decode a stored version; any inconsistency is `CheckpointCorrupted`."""
+        where = f"checkpoint '{self.checkpoint_id}' version {record.meta.version}"
+        header = self.serializer.loads(record.header)
+        if not isinstance(header, dict) or header.get("format") != _FORMAT or header.get("parts") != dict(record.parts):
+            raise CheckpointCorrupted(f"{where}: its header does not match its part list; the record is damaged")
+        values: dict[str, Any] = {}
+        for name, head in record.parts.items():
+            chain = record.chains.get(name) or ()
+            values[name] = self._decode_chain(name, head, chain, where)
+        try:
+            position = _position_from_plain(values.pop("run"))
+            structure = values.pop("graph")
+            position.state = _join_state(header["state"], {k[2:]: v for k, v in values.items()}, self.serializer)
+        except WaypointError:
+            raise
+        except Exception as err:
+            raise CheckpointCorrupted(f"{where}: its content does not have the expected shape ({err})") from err
+        return Loaded(meta=record.meta, position=position, structure=structure)
+
+    def _decode_chain(self, name: str, head: str, chain: Any, where: str) -> Any:
+        parent = None
+        for blob in chain:
+            if blob.parent != parent or self._hash(parent, blob.data) != blob.hash:
+                raise CheckpointCorrupted(
+                    f"{where}: part '{name}' fails its hash check (bytes changed on disk or a link is "
+                    "missing); restore the database from a backup or delete this run"
+                )
+            parent = blob.hash
+        if not chain or parent != head:
+            raise CheckpointCorrupted(f"{where}: part '{name}' is missing blobs; delete this run or restore a backup")
+        ser = self.serializer
+        if len(chain) == 1 and chain[0].parent is None and not name.startswith("s:"):
+            value = ser.decode_value(chain[0].data)
+        else:
+            value = ser.decode_value(chain[0].data)
+            if type(value) is list and chain[0].parent is None and name.startswith("s:") and _is_segment(value):
+                items: list[bytes] = []
+                for blob in chain:
+                    seg = value if blob is chain[0] else ser.decode_value(blob.data)
+                    if not _is_segment(seg):
+                        raise CheckpointCorrupted(f"{where}: part '{name}' has a malformed segment")
+                    items.extend(seg)
+                self._cache[name] = _PartCache(head=head, items=items, segments=len(chain))
+                return [ser.unpack(i) for i in items]
+        if len(chain) > 1:
+            raise CheckpointCorrupted(f"{where}: part '{name}' has segments but is not a list")
+        self._cache[name] = _PartCache(head=head)
+        return value
+
+
+def _is_segment(value: Any) -> bool:
+    return type(value) is list and all(type(v) is bytes for v in value)
+
+
+# --- position <-> plain values ------------------------------------------------------------------------
+
+def _position_to_plain(pos: RunPosition) -> dict[str, Any]:
+    return {
+        "step": pos.step, "pending": pos.pending, "inbox": pos.inbox, "skipped": pos.skipped,
+        "interrupts": {k: _record_to_plain(r) for k, r in pos.interrupts.items()},
+        "done": pos.done, "output": pos.output,
+    }
+
+
+def _record_to_plain(r: InterruptRecord) -> dict[str, Any]:
+    return {
+        "address": r.address, "info": r.info, "state": r.state, "has_state": r.has_state,
+        "child": None if r.child is None else {**_position_to_plain(r.child), "state": r.child.state},
+        "subs": [_record_to_plain(s) for s in r.subs],
+    }
+
+
+def _position_from_plain(d: dict[str, Any]) -> RunPosition:
+    return RunPosition(
+        step=d["step"], pending=d["pending"], inbox=d["inbox"], skipped=d["skipped"],
+        interrupts={k: _record_from_plain(v) for k, v in d["interrupts"].items()},
+        done=d["done"], output=d["output"], state=d.get("state"),
+    )
+
+
+def _record_from_plain(d: dict[str, Any]) -> InterruptRecord:
+    return InterruptRecord(
+        address=d["address"], info=d["info"], state=d["state"], has_state=d["has_state"],
+        child=None if d["child"] is None else _position_from_plain(d["child"]),
+        subs=[_record_from_plain(s) for s in d["subs"]],
+    )
+
+
+# --- state <-> parts -----------------------------------------------------------------------------------
+
+def _split_state(state: Any, serializer: Serializer) -> tuple[Any, dict[str, Any]]:
+    """The state's kind and its fields: a dict's str keys, a registered class's fields, or itself."""
+    if state is None:
+        return None, {}
+    if type(state) is dict and all(type(k) is str for k in state):
+        return "dict", state
+    entry = serializer.registry.entry_for_type(type(state))
+    if entry is not None and entry.kind in ("model", "dataclass"):
+        return ["obj", entry.name], entry.dump(state)
+    return "value", {"": state}
+
+
+def _join_state(kind: Any, fields: dict[str, Any], serializer: Serializer) -> Any:
+    if kind is None:
+        return None
+    if kind == "dict":
+        return fields
+    if kind == "value":
+        return fields[""]
+    entry = serializer.registry.entry_named(kind[1])
+    if entry is None:
+        from .serde import UnknownType
+
+        raise UnknownType(kind[1])
+    return entry.load(fields)
+
+
+def _register_engine_types(serializer: Serializer) -> None:
+    registry = serializer.registry
+    if registry.entry_for_type(Chunks) is None:
+        registry.register(Chunks, name="waypoint.Chunks")
+
+
+def describe_difference(old: dict[str, Any], new: dict[str, Any], where: str = "") -> str:
+    """What changed between two graph structures, in words (for GraphMismatch)."""
+    prefix = f"in subgraph '{where}': " if where else ""
+    changes: list[str] = []
+    for key in ("name", "trigger"):
+        if old.get(key) != new.get(key):
+            changes.append(f"{key} was {old.get(key)!r}, now {new.get(key)!r}")
+    old_nodes, new_nodes = old.get("nodes", {}), new.get("nodes", {})
+    if removed := sorted(set(old_nodes) - set(new_nodes)):
+        changes.append(f"node(s) {removed} removed")
+    if added := sorted(set(new_nodes) - set(old_nodes)):
+        changes.append(f"node(s) {added} added")
+    for key in sorted(set(old_nodes) & set(new_nodes)):
+        a, b = old_nodes[key], new_nodes[key]
+        if a != b:
+            if isinstance(a, dict) and isinstance(b, dict):
+                changes.append(describe_difference(a, b, f"{where}/{key}".strip("/")))
+            else:
+                changes.append(f"node '{key}' changed kind")
+    old_edges = {tuple(e) for e in old.get("edges", [])}
+    new_edges = {tuple(e) for e in new.get("edges", [])}
+    if gone := sorted(old_edges - new_edges):
+        changes.append("edge(s) " + ", ".join(f"{a} -> {b}" for a, b in gone) + " removed")
+    if came := sorted(new_edges - old_edges):
+        changes.append("edge(s) " + ", ".join(f"{a} -> {b}" for a, b in came) + " added")
+    if old.get("branches") != new.get("branches"):
+        changes.append("branches changed")
+    return prefix + ("; ".join(changes) or "the structure differs")

@@ -1,0 +1,147 @@
+"""What a node sees when it runs again after a pause, and what the caller asked for on resume.
+
+Inside a node (or a tool), with Eino's meaning:
+
+- `get_interrupt_state(T=None) -> (was_interrupted, has_state, state)`: did *this* point (its address)
+  pause last time, and with what `StatefulInterrupt` state;
+- `get_resume_context(T=None) -> (is_target, has_data, data)`: did the caller target this point on
+  resume, and with what data. A point that has paused points below it which were targeted is a
+  target too (without data): it must run so that they can.
+
+`T` validates and converts (pydantic `TypeAdapter`); a mismatch raises `pydantic.ValidationError`
+inside the node, so it fails as that node's `NodeError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .interrupts import interrupt_id
+from .position import InterruptRecord, RunPosition
+from .scope import _TASK, current_task
+
+__all__ = ["ResumeRequest", "get_interrupt_state", "get_resume_context", "address_segment",
+           "pending_interrupt_ids"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResumeRequest:
+    """`resume=` as given to ainvoke: targeted IDs with their data, or everything."""
+
+    data: dict[str, Any] = field(default_factory=dict)
+    ids: frozenset[str] = frozenset()
+    everything: bool = False
+
+    @staticmethod
+    def parse(resume: Any) -> ResumeRequest | None:
+        if resume is None or resume is False:
+            return None
+        if resume is True:
+            return ResumeRequest(everything=True)
+        if isinstance(resume, dict):
+            return ResumeRequest(data=dict(resume), ids=frozenset(resume))
+        if isinstance(resume, (str, bytes)):
+            raise TypeError("resume= takes a dict {interrupt_id: data}, a list of interrupt IDs, or True")
+        ids = frozenset(resume)
+        return ResumeRequest(ids=ids)
+
+    def targets(self, record: InterruptRecord) -> bool:
+        """Whether this paused task (or anything paused inside it) was asked to resume."""
+        return self.everything or any(i in self.ids for i in record_ids(record))
+
+
+def record_ids(record: InterruptRecord) -> Iterator[str]:
+    """Every interrupt ID in a paused task: its own, its subs', and those of a nested run."""
+    if record.child is not None:
+        for child in record.child.interrupts.values():
+            yield from record_ids(child)
+        return
+    yield interrupt_id(record.address)
+    for sub in record.subs:
+        yield from record_ids(sub)
+
+
+def pending_interrupt_ids(pos: RunPosition) -> list[str]:
+    return [i for record in pos.interrupts.values() for i in record_ids(record)]
+
+
+def _walk(records: dict[str, InterruptRecord]) -> Iterator[InterruptRecord]:
+    for record in records.values():
+        if record.child is not None:
+            continue
+        yield record
+        yield from record.subs
+
+
+@contextmanager
+def address_segment(kind: str, name: str, sub_id: str | None = None) -> Iterator[str]:
+    """Run the body at a deeper address (`;<kind>:<name>[:<sub_id>]`), e.g. one tool call in a node.
+
+    Interrupts raised inside get this address, and `get_interrupt_state` / `get_resume_context`
+    answer for it. Yields the address.
+    """
+    scope = current_task()
+    if scope is None:
+        raise RuntimeError("address_segment() is only meaningful inside a running node")
+    for part in (kind, name, sub_id or ""):
+        if ";" in part or ":" in part:
+            raise ValueError(f"address parts may not contain ';' or ':' (got {part!r})")
+    address = f"{scope.address};{kind}:{name}" + (f":{sub_id}" if sub_id else "")
+    token = _TASK.set(replace(scope, address=address))
+    try:
+        yield address
+    finally:
+        _TASK.reset(token)
+
+
+def _scope_or_error(fn: str) -> Any:
+    scope = current_task()
+    if scope is None:
+        raise RuntimeError(f"{fn}() must be called inside a running node or tool")
+    return scope
+
+
+def _convert(value: Any, T: Any) -> Any:
+    if T is None or value is None:
+        return value
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(T).validate_python(value)
+
+
+def get_interrupt_state(T: Any = None) -> tuple[bool, bool, Any]:
+    """`(was_interrupted, has_state, state)` for the calling node or tool, from the last pause."""
+    scope = _scope_or_error("get_interrupt_state")
+    record = scope.run.resumed.get(scope.address)
+    if record is None:
+        return False, False, None
+    if not record.has_state:
+        return True, False, None
+    return True, True, _convert(record.state, T)
+
+
+def get_resume_context(T: Any = None) -> tuple[bool, bool, Any]:
+    """`(is_target, has_data, data)`: whether the caller resumed this point, and with what data."""
+    scope = _scope_or_error("get_resume_context")
+    request: ResumeRequest | None = scope.run.resume
+    if request is None:
+        return False, False, None
+    own = interrupt_id(scope.address)
+    if own in request.data:
+        data = request.data[own]
+        return True, data is not None, _convert(data, T)
+    if own in request.ids or request.everything and scope.address in scope.run.resumed:
+        return True, False, None
+    below = scope.address + ";"
+    for address in scope.run.resumed:
+        if address.startswith(below) and (request.everything or interrupt_id(address) in request.ids):
+            return True, False, None
+    return False, False, None
+
+
+def resumed_records(pos: RunPosition) -> dict[str, InterruptRecord]:
+    """Address -> record of every pause point in this run's own tasks (not nested runs)."""
+    return {r.address: r for r in _walk(pos.interrupts)}

@@ -1,0 +1,30 @@
+"""The task the calling code runs in (a context variable set by the run loop around each task)."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .runner import Run
+
+__all__ = ["TaskScope", "current_task"]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskScope:
+    """What code running inside a task can ask about itself (interrupts, resume context, tools)."""
+
+    run: Run
+    node: str
+    path: tuple[str, ...]
+    address: str
+
+
+_TASK: ContextVar[TaskScope | None] = ContextVar("waypoint_task", default=None)
+
+
+def current_task() -> TaskScope | None:
+    """The task the calling code runs in, or None outside a run."""
+    return _TASK.get()

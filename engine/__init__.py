@@ -4,7 +4,7 @@ Importing this package stays light (no SQLAlchemy, no openai): a resume in a new
 for what it imports.
 """
 
-from .compiled import CompiledGraph
+from .compiled import CompiledGraph, RunSnapshot
 from .errors import (
     CheckpointConflict,
     CheckpointCorrupted,
@@ -27,12 +27,21 @@ from .graph import END, START, Graph
 from .interrupts import CompositeInterrupt, Interrupt, InterruptCtx, InterruptInfo, StatefulInterrupt
 from .merge import register_merge
 from .nodes import Component, Lambda
+from .resume import address_segment, get_interrupt_state, get_resume_context
 from .retry import RetryPolicy
+from .store import Checkpoint, CheckpointMeta, CheckPointStore
 from .streams import register_concat
 
 __all__ = [
     "Graph",
     "CompiledGraph",
+    "RunSnapshot",
+    "CheckPointStore",
+    "CheckpointMeta",
+    "Checkpoint",
+    "get_interrupt_state",
+    "get_resume_context",
+    "address_segment",
     "START",
     "END",
     "Lambda",

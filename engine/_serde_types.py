@@ -178,9 +178,10 @@ def _entry_for(cls: type, name: str) -> RegisteredType:
     if dataclasses.is_dataclass(cls):
         dump, load = _dataclass_codec(cls)
         return RegisteredType(cls=cls, name=name, kind="dataclass", dump=dump, load=load)
+    order = " (for a dataclass, put @register_type above @dataclass)" if "__annotations__" in vars(cls) else ""
     raise SerializationError(
         f"cannot register {qualified_name(cls)}: only pydantic models, dataclasses and Enum subclasses "
-        "can be registered; store its data in one of those (or in built-in types) instead"
+        f"can be registered{order}; store its data in one of those (or in built-in types) instead"
     )
 
 

@@ -96,6 +96,7 @@ class Checkpointer:
     created_at: float | None = None
     _cache: dict[str, _PartCache] = field(default_factory=dict)
     _known: set[str] = field(default_factory=set)
+    _last: tuple[int, bytes, dict[str, str]] | None = None
 
     def __post_init__(self) -> None:
         self.fingerprint = fingerprint(self.graph_structure)
@@ -105,7 +106,6 @@ class Checkpointer:
 
     async def save(self, pos: RunPosition, status: str, *, error: str | None = None) -> CheckpointMeta:
         """Write the next version (compare-and-set on the one this run last read or wrote)."""
-        now = time.time()
         blobs: list[Blob] = []
         parts = {"run": self._whole("run", _position_to_plain(pos), blobs),
                  "graph": self._whole("graph", self.graph_structure, blobs)}
@@ -115,10 +115,23 @@ class Checkpointer:
             parts[key] = self._list(key, value, blobs) if type(value) is list else self._whole(key, value, blobs)
         header = self.serializer.dumps({"format": _FORMAT, "parts": parts, "state": state_kind},
                                        root=f"checkpoint '{self.checkpoint_id}'")
+        return await self._put(pos.step, status, error, header, parts, blobs)
+
+    async def mark(self, status: str, *, error: str | None = None) -> CheckpointMeta | None:
+        """Write a new version with the last written content and a new status (when the current
+        position cannot be encoded, a failure must still be recorded). None if nothing was written yet."""
+        if self._last is None:
+            return None
+        step, header, parts = self._last
+        return await self._put(step, status, error, header, parts, [])
+
+    async def _put(self, step: int, status: str, error: str | None, header: bytes, parts: dict[str, str],
+                   blobs: list[Blob]) -> CheckpointMeta:
+        now = time.time()
         running = status == "running"
         meta = CheckpointMeta(
             checkpoint_id=self.checkpoint_id, version=(self.version or 0) + 1, status=status,
-            step=pos.step, fingerprint=self.fingerprint, created_at=self.created_at or now, updated_at=now,
+            step=step, fingerprint=self.fingerprint, created_at=self.created_at or now, updated_at=now,
             lease_owner=self.owner if running else None,
             lease_expires=now + self.lease_seconds if running else None, error=error,
         )
@@ -126,6 +139,7 @@ class Checkpointer:
         self.version = meta.version
         self.created_at = meta.created_at
         self._known.update(b.hash for b in blobs)
+        self._last = (step, header, parts)
         return meta
 
     def _hash(self, parent: str | None, data: bytes) -> str:
@@ -172,6 +186,7 @@ class Checkpointer:
         self.version = record.meta.version if version is None else self.version
         self.created_at = record.meta.created_at
         self._known.update(b.hash for chain in record.chains.values() for b in chain)
+        self._last = (record.meta.step, record.header, dict(record.parts))
         return loaded
 
     def decode(self, record: Checkpoint) -> Loaded:

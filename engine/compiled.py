@@ -22,7 +22,21 @@ from .retry import RetryPolicy
 if TYPE_CHECKING:
     from .graph import Graph
 
-__all__ = ["CompiledGraph"]
+__all__ = ["CompiledGraph", "RunSnapshot"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSnapshot:
+    """A stored run as `get_run` returns it."""
+
+    meta: Any
+    """The version's `CheckpointMeta`: status, step, version, timestamps, lease."""
+    state: Any
+    output: Any
+    """The final output once the run completed, else None."""
+    pending: tuple[str, ...]
+    """Nodes that still have to run (or re-run)."""
+    interrupts: InterruptInfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +220,21 @@ class CompiledGraph:
         if opts.max_steps is not None and (self.trigger == "all" or opts.max_steps < 1):
             raise WaypointError(f"graph '{self.name}': max_steps={opts.max_steps!r} needs trigger='any' and a value >= 1")
         return await run_graph(self, input, opts, emitter=emitter, streaming=streaming, sink=sink)
+
+    async def get_run(self, checkpoint_id: str, *, version: int | None = None) -> RunSnapshot | None:
+        """What the store holds for a run (newest or a given version), decoded; None if unknown."""
+        if self.store is None:
+            raise WaypointError(f"graph '{self.name}': get_run() needs a graph compiled with a store")
+        from .checkpoint import Checkpointer
+
+        reader = Checkpointer(store=self.store, serializer=self.get_serializer(), checkpoint_id=checkpoint_id,
+                              graph_structure=self.structure)
+        loaded = await reader.load(version)
+        if loaded is None:
+            return None
+        pos = loaded.position
+        return RunSnapshot(meta=loaded.meta, state=pos.state, output=pos.output if pos.done else None,
+                           pending=tuple(pos.pending), interrupts=interrupt_info(pos, f"runnable:{self.name}"))
 
     # --- what checkpoints need ----------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from .errors import (
     CheckpointNotFound,
     GraphInterrupted,
     GraphMismatch,
+    SerializationError,
     UnknownInterrupt,
     WaypointError,
 )
@@ -240,14 +241,22 @@ class _Session:
         await self._save(run, "completed" if run.pos.done else "running")
 
     async def _save(self, run: Run, status: str, *, error: str | None = None, shield: bool = False) -> None:
-        save = self.cp.save(run.pos, status, error=error)
-        if shield:
-            meta = await _finish_despite_cancel(save)
-        else:
-            meta = await save
+        save = self._save_or_mark(run, status, error)
+        meta = await (_finish_despite_cancel(save) if shield else save)
+        if meta is None:
+            return
         self.last_status = status
         if self.emitter.active:
             await self.emitter.emit(Event("checkpoint", (), meta.version, run.pos.step))
+
+    async def _save_or_mark(self, run: Run, status: str, error: str | None) -> Any:
+        try:
+            return await self.cp.save(run.pos, status, error=error)
+        except SerializationError:
+            if status != "failed":
+                raise
+            # The position itself cannot be written: record the failure on the last good content.
+            return await self.cp.mark(status, error=error)
 
     def _start_renewer(self) -> None:
         async def renew() -> None:

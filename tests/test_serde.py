@@ -6,13 +6,17 @@ import builtins
 import contextlib
 import dataclasses
 import enum
+import hashlib
+import hmac
 import importlib
 import math
+import re
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date, datetime, time, timedelta, timezone, tzinfo
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 from zoneinfo import ZoneInfo
@@ -67,51 +71,18 @@ def record(header: dict[str, Any], body: bytes, *, key: bytes | None = None) -> 
     head = msgpack.packb(header)
     signed = b"WPT" + len(head).to_bytes(2, "big") + head + body
     if key is not None:
-        import hashlib
-        import hmac
-
         return signed + hmac.new(key, signed, hashlib.sha256).digest()
     return signed + zlib.crc32(signed).to_bytes(4, "big")
 
 
 # --- built-in types ----------------------------------------------------------------------------
 
-BUILTINS = [
-    None,
-    True,
-    False,
-    0,
-    1,
-    -1,
-    2**63 - 1,
-    -(2**63),
-    2**64 - 1,
-    2**64,
-    -(2**63) - 1,
-    10**100,
-    -(10**300),
-    0.0,
-    -0.0,
-    1.5,
-    float("inf"),
-    float("-inf"),
-    float("nan"),
-    "",
-    "héllo ✓",
-    "lone \ud800 surrogate",
-    b"",
-    b"\x00\xff" * 10,
-    [],
-    (),
-    {},
-    set(),
-    frozenset(),
-    [1, "a"],
-    (1, "a"),
-    (1,),
-    {1, 2},
-    frozenset({"a", (1, 2)}),
-    {"a": 1, 2: "b", (1, "x"): [3], None: 0, 1.5: 2},
+SCALARS = [None, True, False, 0.0, -0.0, 1.5, float("inf"), float("-inf"), float("nan"), "", "héllo ✓"]
+STRINGS = ["lone \ud800 surrogate", b"", b"\x00\xff" * 10]
+INTS = [0, 1, -1, 2**63 - 1, -(2**63), 2**64 - 1, 2**64, -(2**63) - 1, 10**100, -(10**300)]
+CONTAINERS = [[], (), {}, set(), frozenset(), [1, "a"], (1, "a"), (1,), {1, 2}, frozenset({"a", (1, 2)})]
+MAPS = [{"a": 1, 2: "b", (1, "x"): [3], None: 0, 1.5: 2, frozenset({1}): b"", date(2020, 1, 1): ()}]
+DATETIMES = [
     datetime(2024, 5, 1, 12, 30, 45, 123456),
     datetime(2024, 5, 1, 12, 30, tzinfo=timezone.utc),
     datetime(2024, 5, 1, 12, 30, tzinfo=timezone(timedelta(hours=5, minutes=30))),
@@ -121,6 +92,8 @@ BUILTINS = [
     datetime(2024, 11, 3, 1, 30, fold=0, tzinfo=ZoneInfo("America/New_York")),
     datetime.min,
     datetime.max,
+]
+OTHER_TIMES = [
     date(2024, 2, 29),
     date.min,
     date.max,
@@ -131,15 +104,15 @@ BUILTINS = [
     timedelta(days=-3, seconds=5, microseconds=7),
     timedelta.max,
     timedelta.min,
-    UUID("12345678-1234-5678-1234-567812345678"),
-    Decimal("0"),
-    Decimal("-0"),
-    Decimal("1.2300E+5"),
+]
+NUMBERS = [UUID("12345678-1234-5678-1234-567812345678"), Decimal("0"), Decimal("-0"), Decimal("1.2300E+5")]
+DECIMALS = [
     Decimal("3.14159265358979323846264338327950288"),
     Decimal("NaN"),
     Decimal("-Infinity"),
     Decimal("sNaN"),
 ]
+BUILTINS = SCALARS + STRINGS + INTS + CONTAINERS + MAPS + DATETIMES + OTHER_TIMES + NUMBERS + DECIMALS
 
 
 @pytest.mark.parametrize("value", BUILTINS, ids=repr)
@@ -356,6 +329,13 @@ def test_only_models_dataclasses_and_enums_can_be_registered() -> None:
 
     with pytest.raises(SerializationError, match="only pydantic models, dataclasses and Enum"):
         TypeRegistry().register(Plain)
+    with pytest.raises(SerializationError, match="put @register_type above @dataclass"):
+
+        @dataclasses.dataclass
+        @TypeRegistry().register
+        class Wrong:
+            x: int
+
     with pytest.raises(SerializationError, match=r"@register_type\(name='x'\)"):
         TypeRegistry().register("x")  # type: ignore[call-overload]
 
@@ -432,6 +412,8 @@ def test_record_layout_matches_the_documentation() -> None:
     assert msgpack.unpackb(data[5 + size : -4]) == {"a": 1}
     assert data[-4:] == zlib.crc32(data[:-4]).to_bytes(4, "big")
     assert record({"format": 1, "check": "crc32", "enc": False}, msgpack.packb([1])) == dumps([1])
+    signed = record({"format": 1, "check": "hmac-sha256", "enc": False}, msgpack.packb([1]), key=KEY)
+    assert signed == Serializer(key=KEY).dumps([1])
 
 
 def test_every_truncation_is_detected() -> None:
@@ -681,6 +663,14 @@ def test_concurrent_dumps_from_many_threads_do_not_mix_buffers() -> None:
 
     with ThreadPoolExecutor(8) as pool:
         assert all(pool.map(work, values))
+
+
+def test_python_blocks_in_docs_codec_md_run() -> None:
+    text = (Path(__file__).parents[1] / "docs" / "codec.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "docs/codec.md", "exec", dont_inherit=True), {"__name__": "docs_codec"})
 
 
 def test_public_names_exist() -> None:

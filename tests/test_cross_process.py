@@ -1,0 +1,152 @@
+"""Claims about processes, tested with processes: a real SQLite file, real SIGKILL, real races."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).parent / "procs" / "crash_graphs.py"
+
+
+def start(db, cid, mode, *extra, journal=None):
+    cmd = [sys.executable, str(SCRIPT), str(db), cid, mode, *extra]
+    if journal:
+        cmd += ["--journal", str(journal)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(proc, timeout=60):
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out.strip(), err.strip()
+
+
+def run(db, cid, mode, *extra, journal=None):
+    return finish(start(db, cid, mode, *extra, journal=journal))
+
+
+def wait_for_line(journal: Path, line: str, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if journal.exists() and any(l.startswith(line + " ") for l in journal.read_text().splitlines()):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{line!r} never appeared in the journal: {journal.read_text() if journal.exists() else ''}")
+
+
+def starts(journal: Path) -> Counter:
+    """How many times each node started (every journal line but '<node> done <pid>')."""
+    return Counter(l.split()[0] for l in journal.read_text().splitlines() if l.split()[1] != "done")
+
+
+def test_interrupt_in_one_process_resume_in_another(tmp_path):
+    db, journal = tmp_path / "runs.db", tmp_path / "journal"
+    code, out, err = run(db, "ticket-1", "approval", journal=journal)
+    assert code == 2, err
+    (iid,) = json.loads(out)["interrupt"]
+    code, out, err = run(db, "ticket-1", "approval", "--resume", json.dumps({iid: "yes"}), journal=journal)
+    assert code == 0, err
+    assert json.loads(out) == ["prepare", "approved=yes", "act"]
+    assert starts(journal) == Counter({"prepare": 1, "approve": 1, "act": 1})
+
+
+@pytest.mark.parametrize("trigger", ["any", "all"])
+def test_sigkill_mid_run_then_resume_reruns_only_the_inflight_step(tmp_path, trigger):
+    db, journal = tmp_path / "runs.db", tmp_path / "journal"
+    proc = start(db, "job-7", "linear", "--trigger", trigger, "--sleep-at", "n2", journal=journal)
+    wait_for_line(journal, "n2")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    assert proc.returncode == -signal.SIGKILL
+    # The dead process still holds a live lease: a resumer must not take over silently...
+    code, _, err = run(db, "job-7", "linear", "--trigger", trigger, "--continue-run", journal=journal)
+    assert code == 3 and "lease held by" in err and "takeover=True" in err
+    # ...but may, when it knows the owner is dead.
+    code, out, err = run(db, "job-7", "linear", "--trigger", trigger, "--continue-run", "--takeover",
+                         journal=journal)
+    assert code == 0, err
+    assert json.loads(out) == ["n0", "n1", "n2", "n3", "n4"]
+    assert starts(journal) == Counter({"n0": 1, "n1": 1, "n2": 2, "n3": 1, "n4": 1})
+
+
+def test_expired_lease_lets_a_new_process_take_over(tmp_path):
+    db, journal = tmp_path / "runs.db", tmp_path / "journal"
+    proc = start(db, "job-8", "linear", "--lease", "1.0", "--sleep-at", "n1", journal=journal)
+    wait_for_line(journal, "n1")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    time.sleep(1.2)  # the lease (1 s) has run out: no takeover flag needed
+    code, out, err = run(db, "job-8", "linear", "--lease", "1.0", "--continue-run", journal=journal)
+    assert code == 0, err
+    assert starts(journal) == Counter({"n0": 1, "n1": 2, "n2": 1, "n3": 1, "n4": 1})
+
+
+def test_dag_task_finished_before_the_crash_is_not_rerun(tmp_path):
+    db, journal = tmp_path / "runs.db", tmp_path / "journal"
+    proc = start(db, "fan", "fanout", "--trigger", "all", "--sleep-at", "slow", journal=journal)
+    wait_for_line(journal, "fast done")
+    time.sleep(0.2)  # the fast task's checkpoint commits right after it finishes
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    code, out, err = run(db, "fan", "fanout", "--trigger", "all", "--continue-run", "--takeover",
+                         journal=journal)
+    assert code == 0, err
+    assert json.loads(out) == {"join": True}
+    assert starts(journal) == Counter({"fast": 1, "slow": 2, "join": 1})
+
+
+def test_two_processes_resume_the_same_paused_run_exactly_one_proceeds(tmp_path):
+    db, journal, barrier = tmp_path / "runs.db", tmp_path / "journal", tmp_path / "go"
+    code, out, err = run(db, "race", "approval", journal=journal)
+    assert code == 2, err
+    (iid,) = json.loads(out)["interrupt"]
+    rivals = [start(db, "race", "approval", "--resume", json.dumps({iid: f"p{i}"}), "--barrier", str(barrier),
+                    journal=journal) for i in range(2)]
+    time.sleep(0.5)  # both processes are up and spinning on the barrier
+    barrier.touch()
+    results = [finish(p) for p in rivals]
+    codes = sorted(code for code, _, _ in results)
+    assert codes == [0, 3], results
+    loser_err = next(err for code, _, err in results if code == 3)
+    assert "another writer" in loser_err or "lease held by" in loser_err
+    counts = starts(journal)
+    assert counts["approve"] == 1 and counts["act"] == 1  # the loser ran no node
+
+
+def test_two_processes_compare_and_set_on_one_file(tmp_path):
+    """The store alone: N processes race to write version 2 of the same run; exactly one wins."""
+    db, barrier = tmp_path / "cas.db", tmp_path / "go"
+    code = f"""
+import asyncio, os, sys, time
+from waypoint.engine.errors import CheckpointConflict
+from waypoint.engine.store import CheckpointMeta
+from waypoint.stores import SQLiteStore
+async def main():
+    store = SQLiteStore({str(db)!r})
+    meta = lambda v: CheckpointMeta(checkpoint_id="r", version=v, status="running", step=v, fingerprint="f",
+                                    created_at=1.0, updated_at=2.0)
+    if sys.argv[1] == "init":
+        await store.put(meta(1), b"h", {{}}, [], expected_version=None)
+        return 0
+    while not os.path.exists({str(barrier)!r}):
+        time.sleep(0.001)
+    try:
+        await store.put(meta(2), sys.argv[1].encode(), {{}}, [], expected_version=1)
+        return 0
+    except CheckpointConflict:
+        return 3
+sys.exit(asyncio.run(main()))
+"""
+    assert subprocess.run([sys.executable, "-c", code, "init"]).returncode == 0
+    procs = [subprocess.Popen([sys.executable, "-c", code, f"w{i}"]) for i in range(4)]
+    time.sleep(0.5)
+    barrier.touch()
+    codes = sorted(p.wait(30) for p in procs)
+    assert codes == [0, 3, 3, 3]

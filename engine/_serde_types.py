@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import sys
 import functools
 import os
 import re
@@ -21,7 +22,6 @@ from uuid import UUID
 from zoneinfo import TZPATH, ZoneInfo, available_timezones
 
 import msgpack
-import pydantic
 
 from .errors import CheckpointCorrupted, SerializationError
 
@@ -44,11 +44,18 @@ __all__ = [
 C = TypeVar("C", bound=type)
 Kind = Literal["model", "root_model", "dataclass", "enum"]
 
-# pydantic validates by alias unless told otherwise; we store fields by *name* (as written in the
-# class), so ask for by-name validation where pydantic supports it (2.11+).
-_PYDANTIC_VERSION = tuple(int(part) for part in pydantic.VERSION.split(".")[:2])
-_BY_NAME = _PYDANTIC_VERSION >= (2, 11)
 _MISSING = object()
+
+
+def _pydantic() -> Any:
+    """pydantic if it is loaded, else None: a class can only be a pydantic model once pydantic is
+    imported, so the codec never pays pydantic's import for runs that do not use it."""
+    return sys.modules.get("pydantic")
+
+
+def _is_model(cls: type, root: bool = False) -> bool:
+    pd = _pydantic()
+    return pd is not None and issubclass(cls, pd.RootModel if root else pd.BaseModel)
 
 
 def qualified_name(cls: type) -> str:
@@ -165,15 +172,15 @@ class TypeRegistry:
 
 def is_registrable(cls: type) -> bool:
     """True for the kinds of class `TypeRegistry.register` accepts."""
-    return issubclass(cls, (enum.Enum, pydantic.BaseModel)) or dataclasses.is_dataclass(cls)
+    return issubclass(cls, enum.Enum) or _is_model(cls) or dataclasses.is_dataclass(cls)
 
 
 def _entry_for(cls: type, name: str) -> RegisteredType:
     if issubclass(cls, enum.Enum):
         return RegisteredType(cls=cls, name=name, kind="enum", dump=_enum_value, load=cls)
-    if issubclass(cls, pydantic.RootModel):
+    if _is_model(cls, root=True):
         return RegisteredType(cls=cls, name=name, kind="root_model", dump=_root_value, load=cls.model_validate)
-    if issubclass(cls, pydantic.BaseModel):
+    if _is_model(cls):
         return RegisteredType(cls=cls, name=name, kind="model", dump=_model_fields, load=_model_loader(cls))
     if dataclasses.is_dataclass(cls):
         dump, load = _dataclass_codec(cls)
@@ -189,11 +196,11 @@ def _enum_value(member: enum.Enum) -> Any:
     return member.value
 
 
-def _root_value(model: pydantic.RootModel[Any]) -> Any:
+def _root_value(model: Any) -> Any:
     return model.root
 
 
-def _model_fields(model: pydantic.BaseModel) -> dict[str, Any]:
+def _model_fields(model: Any) -> dict[str, Any]:
     """The declared fields (by name) plus any extra fields; private attributes are not stored."""
     values = model.__dict__
     data = {name: values[name] for name in type(model).model_fields if name in values}
@@ -203,9 +210,14 @@ def _model_fields(model: pydantic.BaseModel) -> dict[str, Any]:
     return data
 
 
-def _model_loader(cls: type[pydantic.BaseModel]) -> Callable[[Any], Any]:
+def _model_loader(cls: Any) -> Callable[[Any], Any]:
+    # pydantic validates by alias unless told otherwise; we store fields by *name* (as written in the
+    # class), so ask for by-name validation where pydantic supports it (2.11+).
+    version = tuple(int(part) for part in _pydantic().VERSION.split(".")[:2])
+    by_name = version >= (2, 11)
+
     def load(data: Any) -> Any:
-        if _BY_NAME:
+        if by_name:
             return cls.model_validate(data, by_alias=False, by_name=True)
         return cls.model_validate(data)  # older pydantic: aliased fields need populate_by_name=True
 

@@ -250,7 +250,7 @@ def _position_to_plain(pos: RunPosition) -> dict[str, Any]:
     return {
         "step": pos.step, "pending": pos.pending, "inbox": pos.inbox, "skipped": pos.skipped,
         "interrupts": {k: _record_to_plain(r) for k, r in pos.interrupts.items()},
-        "done": pos.done, "output": pos.output,
+        "before": pos.paused_before, "after": pos.paused_after, "done": pos.done, "output": pos.output,
     }
 
 
@@ -266,7 +266,8 @@ def _position_from_plain(d: dict[str, Any]) -> RunPosition:
     return RunPosition(
         step=d["step"], pending=d["pending"], inbox=d["inbox"], skipped=d["skipped"],
         interrupts={k: _record_from_plain(v) for k, v in d["interrupts"].items()},
-        done=d["done"], output=d["output"], state=d.get("state"),
+        paused_before=d["before"], paused_after=d["after"], done=d["done"], output=d["output"],
+        state=d.get("state"),
     )
 
 

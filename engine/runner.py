@@ -81,6 +81,7 @@ class Run:
         self.resume: Any = None  # the caller's ResumeRequest, shared with nested runs
         self.resumed: dict[str, InterruptRecord] = {}  # address -> what paused there last time
         self.released: set[str] = set()
+        self.halted = False  # something paused during this execution: start no new DAG task
 
     # --- phase 1: start or restore ---------------------------------------------------------------
 
@@ -185,7 +186,7 @@ class Run:
         try:
             while True:
                 startable = []
-                if not self.paused:  # once anything paused, only running tasks finish
+                if not self.halted:  # once anything paused, only running tasks finish
                     for key in pos.pending:
                         if key in running.values():
                             continue
@@ -194,7 +195,8 @@ class Run:
                             startable.append(key)
                         elif verdict is None:
                             pos.paused_before.append(key)
-                if len(startable) == 1 and not running and not self.paused:  # linear case: no task object
+                            self.halted = True
+                if len(startable) == 1 and not running and not self.halted:  # linear case: no task object
                     key = startable[0]
                     done = await self._task(self.graph.nodes[key], pos.pending[key])
                     self._apply(done)
@@ -237,11 +239,13 @@ class Run:
         key = done.node.key
         if done.interrupt is not None:
             pos.interrupts[key] = self._interrupt_record(done.node, done.interrupt)
+            self.halted = True
             return
         pos.pending.pop(key, None)
         pos.interrupts.pop(key, None)
         if key in self.graph.interrupt_after:
             pos.paused_after.append(key)
+            self.halted = True
         output = done.output
         inbox = pos.inbox
         for target in done.targets:

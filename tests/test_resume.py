@@ -1,0 +1,292 @@
+"""Resume by checkpoint ID: targeted and partial resumes, the errors that protect a paused run, forks,
+time travel, graph changes, subgraphs, static interrupts, concurrency and cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+from pydantic import BaseModel
+
+from waypoint.engine import (
+    END,
+    START,
+    CheckpointConflict,
+    CheckpointExists,
+    CheckpointNotFound,
+    Graph,
+    GraphInterrupted,
+    GraphMismatch,
+    Interrupt,
+    StatefulInterrupt,
+    UnknownInterrupt,
+    get_interrupt_state,
+    get_resume_context,
+)
+from waypoint.engine.serde import register_type
+from waypoint.stores import MemoryStore, SQLiteStore
+
+
+def approver(name: str, calls: Counter):
+    """A node that pauses for approval with its input as state, Eino's leaf pattern."""
+
+    def node(x):
+        calls[name] += 1
+        was, has_state, saved = get_interrupt_state()
+        if not was:
+            raise StatefulInterrupt({"approve": name}, state=x)
+        is_target, has_data, data = get_resume_context()
+        if not is_target:
+            raise StatefulInterrupt({"approve": name}, state=saved)
+        return {name: f"{saved}:{data}"}
+
+    return node
+
+
+def parallel_approvals(store, trigger: str, calls: Counter):
+    g = Graph(name="review")
+    for name in ("legal", "security"):
+        g.add_node(name, approver(name, calls))
+        g.add_edge(START, name)
+        g.add_edge(name, "join")
+
+    def plain(x):
+        calls["plain"] += 1
+        return {"plain": x}
+
+    g.add_node("plain", plain)
+    g.add_edge(START, "plain")
+    g.add_edge("plain", "join")
+    g.add_node("join", lambda d: d)
+    g.add_edge("join", END)
+    return g.compile(store=store, trigger=trigger)
+
+
+@pytest.mark.parametrize("trigger", ["any", "all"])
+async def test_partial_resume_of_parallel_interrupts(trigger):
+    calls: Counter = Counter()
+    app = parallel_approvals(MemoryStore(), trigger, calls)
+    with pytest.raises(GraphInterrupted) as first:
+        await app.ainvoke("doc", checkpoint_id="r")
+    ids = {c.info["approve"]: c.id for c in first.value.info.contexts}
+    assert set(ids) == {"legal", "security"} and calls == Counter(legal=1, security=1, plain=1)
+
+    with pytest.raises(GraphInterrupted) as second:  # only legal is answered
+        await app.ainvoke(None, checkpoint_id="r", resume={ids["legal"]: "ok"})
+    (left,) = second.value.info.contexts
+    assert left.id == ids["security"]  # the ID is stable across the re-interrupt
+    assert calls == Counter(legal=2, security=1, plain=1)  # untargeted: not re-run; finished: not re-run
+
+    out = await app.ainvoke(None, checkpoint_id="r", resume={ids["security"]: "fine"})
+    assert out == {"legal": "doc:ok", "security": "doc:fine", "plain": "doc"}
+    assert calls == Counter(legal=2, security=2, plain=1)
+
+
+async def test_resume_list_and_true_target_without_data():
+    calls: Counter = Counter()
+    app = parallel_approvals(MemoryStore(), "any", calls)
+    with pytest.raises(GraphInterrupted) as info:
+        await app.ainvoke("d", checkpoint_id="r")
+    first = info.value.info.contexts[0].id
+    with pytest.raises(GraphInterrupted):
+        await app.ainvoke(None, checkpoint_id="r", resume=[first])
+    out = await app.ainvoke(None, checkpoint_id="r", resume=True)
+    assert set(out.values()) == {"d:None", "d"}
+
+
+async def test_errors_that_protect_a_paused_run():
+    calls: Counter = Counter()
+    app = parallel_approvals(MemoryStore(), "any", calls)
+    with pytest.raises(GraphInterrupted) as info:
+        await app.ainvoke("doc", checkpoint_id="r")
+    pending = {c.id for c in info.value.info.contexts}
+    with pytest.raises(UnknownInterrupt, match="no pending interrupt has ID nope") as unknown:
+        await app.ainvoke(None, checkpoint_id="r", resume={"nope": 1})
+    assert all(i in str(unknown.value) for i in pending)
+    with pytest.raises(UnknownInterrupt, match="say which to resume"):
+        await app.ainvoke(None, checkpoint_id="r")
+    with pytest.raises(CheckpointExists, match="force_new_run=True"):
+        await app.ainvoke("new input", checkpoint_id="r")
+    with pytest.raises(CheckpointNotFound):
+        await app.ainvoke(None, checkpoint_id="never-ran", resume=True)
+    before = sum(calls.values())
+    with pytest.raises(GraphInterrupted):
+        await app.ainvoke("fresh", checkpoint_id="r", force_new_run=True)
+    assert sum(calls.values()) == before + 3  # a new run from START
+
+
+async def test_completed_run_restarts_on_the_same_id_and_keeps_history():
+    store = MemoryStore()
+    g = Graph(name="once")
+    g.add_node("double", lambda x: x * 2)
+    g.add_edge(START, "double")
+    g.add_edge("double", END)
+    app = g.compile(store=store)
+    assert await app.ainvoke(2, checkpoint_id="c") == 4
+    versions = len(await store.history("c"))
+    assert await app.ainvoke(5, checkpoint_id="c") == 10
+    history = await store.history("c")
+    assert len(history) == 2 * versions and history[0].status == "completed"
+    assert (await app.get_run("c", version=versions)).output == 4
+
+
+async def test_fork_with_write_to_and_time_travel_with_version():
+    store = MemoryStore()
+    calls: Counter = Counter()
+    app = parallel_approvals(store, "any", calls)
+    with pytest.raises(GraphInterrupted) as info:
+        await app.ainvoke("doc", checkpoint_id="orig")
+    resume = {c.id: "yes" for c in info.value.info.contexts}
+    out = await app.ainvoke(None, checkpoint_id="orig", resume=resume, write_to="fork")
+    assert out["legal"] == "doc:yes"
+    assert (await store.history("orig"))[0].status == "interrupted"  # the source is untouched
+    assert (await store.history("fork"))[0].status == "completed"
+    # time travel: resume 'orig' again from its paused version with other answers
+    paused_version = (await store.history("orig"))[0].version
+    out2 = await app.ainvoke(None, checkpoint_id="orig", resume={k: "no" for k in resume})
+    assert out2["legal"] == "doc:no"
+    out3 = await app.ainvoke(None, checkpoint_id="orig", version=paused_version,
+                             resume={k: "maybe" for k in resume})
+    assert out3["security"] == "doc:maybe"
+    assert (await store.history("orig"))[0].status == "completed"
+
+
+async def test_graph_mismatch_names_what_changed(tmp_path):
+    store = SQLiteStore(tmp_path / "g.db")
+
+    def build(extra: bool):
+        g = Graph(name="flow")
+        g.add_node("ask", lambda x: (_ for _ in ()).throw(Interrupt("?")))
+        g.add_edge(START, "ask")
+        if extra:
+            g.add_node("audit", lambda x: x)
+            g.add_edge("ask", "audit")
+            g.add_edge("audit", END)
+        else:
+            g.add_edge("ask", END)
+        return g.compile(store=store)
+
+    with pytest.raises(GraphInterrupted):
+        await build(False).ainvoke(1, checkpoint_id="m")
+    with pytest.raises(GraphMismatch, match=r"node\(s\) \['audit'\] added.*ask -> __end__ removed"):
+        await build(True).ainvoke(None, checkpoint_id="m", resume=True)
+    await store.close()
+
+
+async def test_subgraph_interrupt_resumes_into_the_subgraph():
+    calls: Counter = Counter()
+    inner = Graph(name="inner", state=dict)
+
+    def prep(x, state):
+        calls["prep"] += 1
+        state["prepared"] = x
+        return x
+
+    inner.add_node("prep", prep)
+    inner.add_node("check", approver("check", calls))
+    inner.add_edge(START, "prep")
+    inner.add_edge("prep", "check")
+    inner.add_edge("check", END)
+    outer = Graph(name="outer")
+    outer.add_node("first", lambda x: calls.update(["first"]) or x + "!")
+    outer.add_node("sub", inner)
+    outer.add_node("last", lambda d: calls.update(["last"]) or d)
+    outer.add_edge(START, "first")
+    outer.add_edge("first", "sub")
+    outer.add_edge("sub", "last")
+    outer.add_edge("last", END)
+    app = outer.compile(store=MemoryStore())
+    with pytest.raises(GraphInterrupted) as info:
+        await app.ainvoke("go", checkpoint_id="s")
+    (ctx,) = info.value.info.contexts
+    assert ctx.address == "runnable:outer;node:sub;node:check"
+    out = await app.ainvoke(None, checkpoint_id="s", resume={ctx.id: "approved"})
+    assert out == {"check": "go!:approved"}
+    assert calls == Counter(first=1, prep=1, check=2, last=1)
+
+
+async def test_static_interrupt_before_and_after():
+    seen = []
+    g = Graph(name="static")
+    for n in ("a", "b", "c"):
+        g.add_node(n, lambda x, n=n: seen.append(n) or x + [n])
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("b", "c")
+    g.add_edge("c", END)
+    app = g.compile(store=MemoryStore(), interrupt_before=["b"], interrupt_after=["b"])
+    with pytest.raises(GraphInterrupted) as first:
+        await app.ainvoke([], checkpoint_id="s")
+    assert first.value.info.before_nodes == ("b",) and seen == ["a"]
+    with pytest.raises(GraphInterrupted) as second:
+        await app.ainvoke(None, checkpoint_id="s")
+    assert second.value.info.after_nodes == ("b",) and seen == ["a", "b"]
+    assert await app.ainvoke(None, checkpoint_id="s") == ["a", "b", "c"]
+
+
+async def test_concurrent_resumes_in_one_process_exactly_one_wins(tmp_path):
+    calls: Counter = Counter()
+    app = parallel_approvals(SQLiteStore(tmp_path / "c.db"), "any", calls)
+    with pytest.raises(GraphInterrupted) as info:
+        await app.ainvoke("doc", checkpoint_id="r")
+    resume = {c.id: "ok" for c in info.value.info.contexts}
+    results = await asyncio.gather(*(app.ainvoke(None, checkpoint_id="r", resume=resume) for _ in range(5)),
+                                   return_exceptions=True)
+    wins = [r for r in results if isinstance(r, dict)]
+    assert len(wins) == 1 and all(isinstance(r, CheckpointConflict) for r in results if r not in wins)
+    assert calls["legal"] == 2 and calls["security"] == 2
+
+
+async def test_cancelling_a_run_leaves_a_resumable_checkpoint(tmp_path):
+    store = SQLiteStore(tmp_path / "cancel.db")
+    started = asyncio.Event()
+    runs = Counter()
+
+    async def slow(x):
+        runs["slow"] += 1
+        started.set()
+        await asyncio.sleep(0 if runs["slow"] > 1 else 30)
+        return x + 1
+
+    g = Graph(name="c")
+    g.add_node("fast", lambda x: x + 1)
+    g.add_node("slow", slow)
+    g.add_edge(START, "fast")
+    g.add_edge("fast", "slow")
+    g.add_edge("slow", END)
+    app = g.compile(store=store)
+    task = asyncio.ensure_future(app.ainvoke(1, checkpoint_id="k"))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    meta = (await store.history("k"))[0]
+    assert meta.status == "interrupted" and meta.error == "cancelled" and meta.lease_owner is None
+    assert (await app.get_run("k")).pending == ("slow",)
+    assert await app.ainvoke(None, checkpoint_id="k") == 3
+    await store.close()
+
+
+async def test_resume_context_validates_data_with_pydantic():
+    @register_type(name="tests.Decision")
+    class Decision(BaseModel):
+        approved: bool
+        reason: str = ""
+
+    def gate(x):
+        is_target, has_data, decision = get_resume_context(Decision)
+        if not is_target:
+            raise Interrupt("decide")
+        return decision
+
+    g = Graph(name="typed")
+    g.add_node("gate", gate)
+    g.add_edge(START, "gate")
+    g.add_edge("gate", END)
+    app = g.compile(store=MemoryStore())
+    with pytest.raises(GraphInterrupted) as info:
+        await app.ainvoke(1, checkpoint_id="t")
+    iid = info.value.info.contexts[0].id
+    out = await app.ainvoke(None, checkpoint_id="t", resume={iid: {"approved": True, "reason": "fine"}})
+    assert out == Decision(approved=True, reason="fine")

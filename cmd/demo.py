@@ -1,66 +1,124 @@
-"""`waypoint demo`: a non-interactive tour of what Waypoint does today."""
+"""`waypoint demo`: a run paused for approval in one process is resumed by its checkpoint ID in another.
+
+The tour runs three processes on one SQLite file under ./.waypoint/:
+1. `start`: a ticket that needs escalation runs until the review node pauses; the process exits.
+2. `resume`: a new process loads the run by its checkpoint ID and resumes it with the reviewer's answer.
+3. the run's history (versions, status, step) is printed from the database.
+"""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
 
-from waypoint.engine import END, START, Event, Graph
-
-
-def build_triage() -> Graph:
-    """A small ticket-triage graph: classify, then answer or escalate, then close."""
-    g = Graph(name="triage", state=dict)
-
-    def classify(ticket: str, state: dict) -> dict:
-        state["seen"] = ticket
-        urgent = any(word in ticket.lower() for word in ("down", "outage", "urgent"))
-        return {"ticket": ticket, "priority": "high" if urgent else "normal"}
-
-    def route(t: dict) -> str:
-        return "escalate" if t["priority"] == "high" else "answer"
-
-    async def answer(t: dict):
-        for word in f"Thanks! We looked at '{t['ticket']}' and replied.".split(" "):
-            yield word + " "
-
-    def escalate(t: dict) -> str:
-        return f"Escalated '{t['ticket']}' to the on-call engineer."
-
-    g.add_node("classify", classify)
-    g.add_node("answer", answer)
-    g.add_node("escalate", escalate)
-    g.add_edge(START, "classify")
-    g.add_branch("classify", route, ends=["answer", "escalate"])
-    g.add_edge("answer", END)
-    g.add_edge("escalate", END)
-    return g
+DEFAULT_DB = Path(".waypoint") / "demo.db"
 
 
-class _Printer:
-    def on_start(self, event: Event) -> None:
-        print(f"  -> {'/'.join(event.node_path)} starts")
-
-
-async def _tour() -> None:
-    app = build_triage().compile()
-    print("The graph (Mermaid):\n")
-    print(app.to_mermaid())
-    for ticket in ("How do I reset my password?", "The site is down!"):
-        print(f"ticket: {ticket!r}")
-        print("  streamed:", end=" ")
-        async for chunk in app.astream(ticket, callbacks=[]):
-            print(chunk, end="", flush=True)
-        print()
-        result = await app.ainvoke(ticket, callbacks=[_Printer()])
-        print(f"  result: {result}\n")
-
-
-def run_demo() -> int:
-    """Print the tour; returns 0."""
-    print("Waypoint demo: a ticket-triage graph (no store yet).\n")
-    asyncio.run(_tour())
-    print(
-        "Coming next: checkpoints in SQLite after every step, and a run paused for a reviewer's\n"
-        "approval that a new process resumes by its checkpoint ID."
-    )
+def run_demo(db: Path = DEFAULT_DB) -> int:
+    """The whole tour; returns the exit code."""
+    checkpoint_id = f"ticket-{int(time.time())}"
+    print("Waypoint demo: a ticket-triage graph with an approval step, stored in", db, "\n")
+    print(_picture())
+    print(f"1) process A starts run '{checkpoint_id}' for the ticket 'The site is down!'")
+    step = _child("start", db, checkpoint_id, "The site is down!")
+    if step.returncode != 2:
+        return _fail(step)
+    pending = json.loads(step.stdout.strip().splitlines()[-1])
+    print(f"   process A exited; the run waits for interrupt {pending['id']}: {pending['question']}\n")
+    print("2) process B resumes it by checkpoint ID with the reviewer's answer {approved: true}")
+    step = _child("resume", db, checkpoint_id, json.dumps({pending["id"]: {"approved": True, "reviewer": "dana"}}))
+    if step.returncode != 0:
+        return _fail(step)
+    print(step.stdout.rstrip() + "\n")
+    print("3) the run's history, newest first:")
+    print(_history(db, checkpoint_id))
     return 0
+
+
+def _picture() -> str:
+    from .triage import build_triage
+
+    return build_triage().compile().to_mermaid()
+
+
+def _child(action: str, db: Path, checkpoint_id: str, arg: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "waypoint.cmd.demo", action, str(db), checkpoint_id, arg]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def _fail(step: subprocess.CompletedProcess) -> int:
+    print(f"the demo failed (exit {step.returncode}):\n{step.stdout}\n{step.stderr}", file=sys.stderr)
+    return 1
+
+
+def _history(db: Path, checkpoint_id: str) -> str:
+    from waypoint.stores import SQLiteStore
+
+    async def read() -> list:
+        store = SQLiteStore(db)
+        try:
+            return await store.history(checkpoint_id)
+        finally:
+            await store.close()
+
+    lines = ["   version  status       step  written"]
+    for meta in asyncio.run(read()):
+        written = time.strftime("%H:%M:%S", time.localtime(meta.updated_at))
+        lines.append(f"   {meta.version:>7}  {meta.status:<11}  {meta.step:>4}  {written}")
+    return "\n".join(lines)
+
+
+async def _start(db: Path, checkpoint_id: str, ticket: str) -> int:
+    from waypoint.engine import GraphInterrupted
+    from waypoint.stores import SQLiteStore
+
+    from .triage import build_triage
+
+    store = SQLiteStore(db)
+    app = build_triage().compile(store=store)
+    try:
+        await app.ainvoke(ticket, checkpoint_id=checkpoint_id)
+    except GraphInterrupted as paused:
+        (ctx,) = paused.info.contexts
+        print(json.dumps({"id": ctx.id, "address": ctx.address, "question": ctx.info["question"]}))
+        return 2
+    finally:
+        await store.close()
+    return 0
+
+
+async def _resume(db: Path, checkpoint_id: str, answers: str) -> int:
+    from waypoint.stores import SQLiteStore
+
+    from .triage import build_triage
+
+    store = SQLiteStore(db)
+    app = build_triage().compile(store=store)
+    try:
+        result = await app.ainvoke(None, checkpoint_id=checkpoint_id, resume=json.loads(answers))
+        snapshot = await app.get_run(checkpoint_id)
+    finally:
+        await store.close()
+    print(f"   result: {result}")
+    print(f"   what happened: {'; '.join(snapshot.state.log)}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m waypoint.cmd.demo")
+    parser.add_argument("action", choices=["start", "resume"])
+    parser.add_argument("db", type=Path)
+    parser.add_argument("checkpoint_id")
+    parser.add_argument("arg")
+    args = parser.parse_args(argv)
+    step = _start if args.action == "start" else _resume
+    return asyncio.run(step(args.db, args.checkpoint_id, args.arg))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

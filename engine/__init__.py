@@ -32,7 +32,24 @@ from .retry import RetryPolicy
 from .store import Checkpoint, CheckpointMeta, CheckPointStore
 from .streams import register_concat
 
+# The codec's names load msgpack when first touched, not on `import waypoint.engine`.
+_LAZY = {"register_type", "Serializer", "TypeRegistry", "UnsupportedFormat", "UnknownType"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from . import serde
+
+        return getattr(serde, name)
+    raise AttributeError(f"module 'waypoint.engine' has no attribute {name!r}")
+
+
 __all__ = [
+    "register_type",
+    "Serializer",
+    "TypeRegistry",
+    "UnsupportedFormat",
+    "UnknownType",
     "Graph",
     "CompiledGraph",
     "RunSnapshot",

@@ -238,7 +238,8 @@ class _Session:
 
     async def _on_step(self, run: Run, reason: str) -> None:
         # A paused task's siblings may still run: the run is `interrupted` only once it stops.
-        await self._save(run, "completed" if run.pos.done else "running")
+        status = "completed" if run.pos.done else "interrupted" if reason == "pause" else "running"
+        await self._save(run, status)
 
     async def _save(self, run: Run, status: str, *, error: str | None = None, shield: bool = False) -> None:
         save = self._save_or_mark(run, status, error)

@@ -82,6 +82,7 @@ class Run:
         self.resumed: dict[str, InterruptRecord] = {}  # address -> what paused there last time
         self.released: set[str] = set()
         self.halted = False  # something paused during this execution: start no new DAG task
+        self._pause_saved = False
 
     # --- phase 1: start or restore ---------------------------------------------------------------
 
@@ -159,7 +160,7 @@ class Run:
                     blocked.append(key)
             if blocked:  # a superstep with a node under interrupt_before does not start at all
                 pos.paused_before = blocked
-                await self._checkpoint("step")
+                await self._checkpoint("pause")
                 return
             if not tasks:
                 return
@@ -176,7 +177,7 @@ class Run:
             if not pos.interrupts:
                 self._advance()
                 pos.step += 1
-            await self._checkpoint("step")
+            await self._checkpoint("pause" if self.paused else "step")
             if self.paused:
                 return
 
@@ -198,17 +199,16 @@ class Run:
                             self.halted = True
                 if len(startable) == 1 and not running and not self.halted:  # linear case: no task object
                     key = startable[0]
-                    done = await self._task(self.graph.nodes[key], pos.pending[key])
-                    self._apply(done)
+                    self._apply(await self._task(self.graph.nodes[key], pos.pending[key]))
                     pos.step += 1
-                    await self._checkpoint("step")
+                    await self._checkpoint("pause" if self.halted else "step")
                     continue
                 for key in startable:
                     task = asyncio.ensure_future(self._task(self.graph.nodes[key], pos.pending[key]))
                     running[task] = key
                 if not running:
-                    if pos.paused_before:
-                        await self._checkpoint("step")
+                    if pos.paused_before and not self._pause_saved:
+                        await self._checkpoint("pause")
                     return
                 finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 order = self.graph.order
@@ -216,7 +216,7 @@ class Run:
                     del running[task]
                     self._apply(task.result())  # a NodeError propagates from here
                     pos.step += 1
-                await self._checkpoint("step")
+                await self._checkpoint("pause" if self.halted and not running else "step")
         finally:
             await _cancel_all(running)
 
@@ -437,6 +437,7 @@ class Run:
     # --- checkpoint and interrupts -----------------------------------------------------------------
 
     async def _checkpoint(self, reason: str) -> None:
+        self._pause_saved = reason == "pause"
         if self.checkpoint is not None:
             await self.checkpoint(self, reason)
 

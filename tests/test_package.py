@@ -22,7 +22,8 @@ PUBLIC = {
     "InterruptCtx", "InterruptInfo", "WaypointError", "GraphBuildError", "GraphRunError", "NodeError",
     "MaxStepsExceeded", "MaxIterationsExceeded", "GraphInterrupted", "GraphMismatch", "CheckpointError",
     "CheckpointConflict", "CheckpointExists", "CheckpointNotFound", "CheckpointCorrupted",
-    "UnknownInterrupt", "SerializationError",
+    "UnknownInterrupt", "SerializationError", "register_type", "Serializer", "UnsupportedFormat", "UnknownType",
+    "get_interrupt_state", "get_resume_context", "CheckPointStore", "RunSnapshot",
 }
 
 

@@ -150,3 +150,38 @@ sys.exit(asyncio.run(main()))
     barrier.touch()
     codes = sorted(p.wait(30) for p in procs)
     assert codes == [0, 3, 3, 3]
+
+
+def test_processes_writing_one_file_at_once_all_succeed(tmp_path):
+    """Writers in several processes contend for the file lock; none fails with 'database is locked'."""
+    db, barrier = tmp_path / "busy.db", tmp_path / "go"
+    code = f"""
+import asyncio, os, sys, time
+from waypoint.engine.store import Blob, CheckpointMeta
+from waypoint.stores import SQLiteStore
+async def main():
+    store = SQLiteStore({str(db)!r})
+    await store.list()  # open (and create) the database before the race
+    while not os.path.exists({str(barrier)!r}):
+        time.sleep(0.001)
+    cid = "run-" + sys.argv[1]
+    for v in range(1, 151):
+        meta = CheckpointMeta(checkpoint_id=cid, version=v, status="running", step=v, fingerprint="f",
+                              created_at=1.0, updated_at=time.time())
+        await store.put(meta, b"h", {{"run": f"{{cid}}-{{v}}"}}, [Blob(hash=f"{{cid}}-{{v}}", data=os.urandom(300))],
+                        expected_version=v - 1 or None)
+    await store.close()
+asyncio.run(main())
+"""
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(i)], stderr=subprocess.PIPE, text=True)
+             for i in range(3)]
+    time.sleep(0.5)
+    barrier.touch()
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        counts = dict(conn.execute("SELECT checkpoint_id, MAX(version) FROM waypoint_checkpoints GROUP BY 1"))
+    assert counts == {"run-0": 150, "run-1": 150, "run-2": 150}

@@ -234,7 +234,11 @@ async def test_concurrent_resumes_in_one_process_exactly_one_wins(tmp_path):
     results = await asyncio.gather(*(app.ainvoke(None, checkpoint_id="r", resume=resume) for _ in range(5)),
                                    return_exceptions=True)
     wins = [r for r in results if isinstance(r, dict)]
-    assert len(wins) == 1 and all(isinstance(r, CheckpointConflict) for r in results if r not in wins)
+    losers = [r for r in results if not isinstance(r, dict)]
+    assert len(wins) == 1
+    # A loser either lost the claim, met the winner's live lease, or came after it completed.
+    assert any(isinstance(r, CheckpointConflict) for r in losers)
+    assert all(isinstance(r, CheckpointConflict) or "has completed" in str(r) for r in losers), losers
     assert calls["legal"] == 2 and calls["security"] == 2
 
 

@@ -22,68 +22,82 @@ def check_graph(
     interrupt_before: Sequence[str],
     interrupt_after: Sequence[str],
 ) -> None:
-    from .graph import END, START
-
-    name = g.name
-    if trigger not in ("any", "all"):
-        raise GraphBuildError(f"graph '{name}': trigger must be 'any' (Pregel) or 'all' (DAG), got {trigger!r}")
-    if max_steps is not None:
-        if trigger == "all":
-            raise GraphBuildError(
-                f"graph '{name}': max_steps applies to trigger='any' only; a DAG (trigger='all') runs each node once"
-            )
-        if not isinstance(max_steps, int) or max_steps < 1:
-            raise GraphBuildError(f"graph '{name}': max_steps must be a positive integer, got {max_steps!r}")
-
-    known = set(g.nodes) | {START, END}
-    for a, b in g.edges:
-        for end in (a, b):
-            if end not in known:
-                raise GraphBuildError(f"graph '{name}': edge '{a}' -> '{b}' names unknown node '{end}'")
-    successors: dict[str, list[str]] = {k: [] for k in (START, *g.nodes, END)}
-    for a, b in g.edges:
-        successors[a].append(b)
-    for br in g.branches:
-        if br.source not in known:
-            raise GraphBuildError(f"graph '{name}': branch starts at unknown node '{br.source}'")
-        for target in br.ends.values():
-            if target not in known:
-                raise GraphBuildError(
-                    f"graph '{name}': branch after '{br.source}' routes to unknown node '{target}'"
-                )
-            if target not in successors[br.source]:
-                successors[br.source].append(target)
-
-    if not successors[START]:
-        raise GraphBuildError(f"graph '{name}': nothing leaves START; add_edge(START, <first node>)")
-    for key in g.nodes:
-        if not successors[key]:
-            raise GraphBuildError(
-                f"graph '{name}': node '{key}' has no outgoing edge, so its output would be lost; "
-                f"add_edge('{key}', END) if it produces the result"
-            )
-    reached = _reachable(START, successors)
-    unreached = [k for k in g.nodes if k not in reached]
-    if unreached:
-        raise GraphBuildError(f"graph '{name}': node(s) {unreached} cannot be reached from START")
-    if END not in reached:
-        raise GraphBuildError(f"graph '{name}': no path from START reaches END; add an edge to END")
+    """Every whole-graph check, in the order a reader would look for the mistake."""
+    _check_options(g.name, trigger, max_steps)
+    successors = _successor_map(g)
+    _check_reachability(g, successors)
     if trigger == "all":
         cycle = _find_cycle(successors)
         if cycle:
             raise GraphBuildError(
-                f"graph '{name}': cycle {' -> '.join(cycle)} is not allowed with trigger='all' (a DAG); "
+                f"graph '{g.name}': cycle {' -> '.join(cycle)} is not allowed with trigger='all' (a DAG); "
                 "use trigger='any' for loops"
             )
     for option, keys in (("interrupt_before", interrupt_before), ("interrupt_after", interrupt_after)):
         for key in keys:
             if key not in g.nodes:
-                raise GraphBuildError(f"graph '{name}': {option} names unknown node '{key}'")
+                raise GraphBuildError(f"graph '{g.name}': {option} names unknown node '{key}'")
     for a, b in g.edges:
         _check_types(g, a, b)
     for br in g.branches:
         for target in set(br.ends.values()):
             _check_types(g, br.source, target)
+
+
+def _check_options(name: str, trigger: str, max_steps: int | None) -> None:
+    if trigger not in ("any", "all"):
+        raise GraphBuildError(f"graph '{name}': trigger must be 'any' (Pregel) or 'all' (DAG), got {trigger!r}")
+    if max_steps is None:
+        return
+    if trigger == "all":
+        raise GraphBuildError(
+            f"graph '{name}': max_steps applies to trigger='any' only; a DAG (trigger='all') runs each node once"
+        )
+    if not isinstance(max_steps, int) or max_steps < 1:
+        raise GraphBuildError(f"graph '{name}': max_steps must be a positive integer, got {max_steps!r}")
+
+
+def _successor_map(g: Graph) -> dict[str, list[str]]:
+    """Where each node's output may go (edges and branch ends), checking that every name exists."""
+    from .graph import END, START
+
+    known = set(g.nodes) | {START, END}
+    successors: dict[str, list[str]] = {k: [] for k in (START, *g.nodes, END)}
+    for a, b in g.edges:
+        for end in (a, b):
+            if end not in known:
+                raise GraphBuildError(f"graph '{g.name}': edge '{a}' -> '{b}' names unknown node '{end}'")
+        successors[a].append(b)
+    for br in g.branches:
+        if br.source not in known:
+            raise GraphBuildError(f"graph '{g.name}': branch starts at unknown node '{br.source}'")
+        for target in br.ends.values():
+            if target not in known:
+                raise GraphBuildError(
+                    f"graph '{g.name}': branch after '{br.source}' routes to unknown node '{target}'"
+                )
+            if target not in successors[br.source]:
+                successors[br.source].append(target)
+    return successors
+
+
+def _check_reachability(g: Graph, successors: dict[str, list[str]]) -> None:
+    from .graph import END, START
+
+    if not successors[START]:
+        raise GraphBuildError(f"graph '{g.name}': nothing leaves START; add_edge(START, <first node>)")
+    for key in g.nodes:
+        if not successors[key]:
+            raise GraphBuildError(
+                f"graph '{g.name}': node '{key}' has no outgoing edge, so its output would be lost; "
+                f"add_edge('{key}', END) if it produces the result"
+            )
+    reached = _reachable(START, successors)
+    unreached = [k for k in g.nodes if k not in reached]
+    if unreached:
+        raise GraphBuildError(f"graph '{g.name}': node(s) {unreached} cannot be reached from START")
+    if END not in reached:
+        raise GraphBuildError(f"graph '{g.name}': no path from START reaches END; add an edge to END")
 
 
 def _reachable(start: str, successors: dict[str, list[str]]) -> set[str]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import GraphBuildError, GraphRunError, WaypointError
 from .events import Emitter, Event
-from .graph import END, START, Branch
+from .graph import END, START
 from .interrupts import InterruptCtx, InterruptInfo, interrupt_id
 from .nodes import NodeRunnable, _Fn, as_runnable
 from .position import InterruptRecord, RunPosition

@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 from waypoint.engine.errors import CheckpointConflict, CheckpointError
-from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta
+from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, RunStatus
 
 from ._common import check_put, check_status, conflict_message
 
 SCHEMA_VERSION = 1
+T = TypeVar("T")
 
 _BINARY = {"sqlite": "BLOB", "postgresql": "BYTEA"}
 _REAL = {"sqlite": "REAL", "postgresql": "DOUBLE PRECISION"}
@@ -253,3 +254,46 @@ def expire(db: DB, older_than: float, now: float | None) -> list[str]:
     for checkpoint_id in gone:
         delete(db, checkpoint_id)
     return gone
+
+
+class SQLStoreMethods:
+    """The store contract for every SQL store: each method is one `_call` of the function above.
+
+    A concrete store provides `_call(fn, *args, write=False)`, running `fn(db, *args)` in one
+    transaction (a write transaction when `write`).
+    """
+
+    async def _call(self, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
+        raise NotImplementedError
+
+    async def get(self, checkpoint_id: str, version: int | None = None) -> Checkpoint | None:
+        return await self._call(get, checkpoint_id, version)
+
+    async def put(self, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], blobs: Sequence[Blob],
+                  *, expected_version: int | None) -> None:
+        await self._call(put, meta, header, parts, blobs, expected_version, write=True)
+
+    async def renew_lease(self, checkpoint_id: str, version: int, owner: str, expires: float) -> bool:
+        return await self._call(renew_lease, checkpoint_id, version, owner, expires, write=True)
+
+    async def record_call(self, checkpoint_id: str, version: int, call_id: str, result: bytes) -> bool:
+        return await self._call(record_call, checkpoint_id, version, call_id, result, write=True)
+
+    async def recorded_calls(self, checkpoint_id: str, version: int) -> dict[str, bytes]:
+        return await self._call(recorded_calls, checkpoint_id, version)
+
+    async def history(self, checkpoint_id: str, *, limit: int | None = None) -> list[CheckpointMeta]:
+        return await self._call(history, checkpoint_id, limit)
+
+    async def list(self, *, status: RunStatus | None = None, limit: int = 100,
+                   before: float | None = None) -> list[CheckpointMeta]:
+        return await self._call(list_runs, status, limit, before)
+
+    async def delete(self, checkpoint_id: str) -> bool:
+        return await self._call(delete, checkpoint_id, write=True)
+
+    async def prune(self, checkpoint_id: str, *, keep_last: int = 1) -> int:
+        return await self._call(prune, checkpoint_id, keep_last, write=True)
+
+    async def expire(self, *, older_than: float, now: float | None = None) -> list[str]:
+        return await self._call(expire, older_than, now, write=True)

@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, RunStatus
-
 from . import _sql
 
 __all__ = ["SQLStore"]
@@ -40,7 +38,7 @@ class _Conn:
         self.conn.execute(self.text(sql), [dict(p) for p in params])
 
 
-class SQLStore:
+class SQLStore(_sql.SQLStoreMethods):
     """A `CheckPointStore` on any SQLAlchemy async URL: `postgresql+asyncpg://…`, `sqlite+aiosqlite:///…`."""
 
     def __init__(self, url: str, *, busy_timeout: float = 30.0, **engine_options: Any) -> None:
@@ -74,45 +72,13 @@ class SQLStore:
     def __repr__(self) -> str:
         return f"SQLStore({self.url!r})"
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _call(self, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
         text = self._text
         async with self._engine.begin() as conn:
             if not self._migrated:
                 await conn.run_sync(lambda sync: _sql.migrate(_Conn(sync, text), self.dialect))
                 self._migrated = True
             return await conn.run_sync(lambda sync: fn(_Conn(sync, text), *args))
-
-    async def get(self, checkpoint_id: str, version: int | None = None) -> Checkpoint | None:
-        return await self._call(_sql.get, checkpoint_id, version)
-
-    async def put(self, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], blobs: Sequence[Blob],
-                  *, expected_version: int | None) -> None:
-        await self._call(_sql.put, meta, header, parts, blobs, expected_version)
-
-    async def renew_lease(self, checkpoint_id: str, version: int, owner: str, expires: float) -> bool:
-        return await self._call(_sql.renew_lease, checkpoint_id, version, owner, expires)
-
-    async def record_call(self, checkpoint_id: str, version: int, call_id: str, result: bytes) -> bool:
-        return await self._call(_sql.record_call, checkpoint_id, version, call_id, result)
-
-    async def recorded_calls(self, checkpoint_id: str, version: int) -> dict[str, bytes]:
-        return await self._call(_sql.recorded_calls, checkpoint_id, version)
-
-    async def history(self, checkpoint_id: str, *, limit: int | None = None) -> list[CheckpointMeta]:
-        return await self._call(_sql.history, checkpoint_id, limit)
-
-    async def list(self, *, status: RunStatus | None = None, limit: int = 100,
-                   before: float | None = None) -> list[CheckpointMeta]:
-        return await self._call(_sql.list_runs, status, limit, before)
-
-    async def delete(self, checkpoint_id: str) -> bool:
-        return await self._call(_sql.delete, checkpoint_id)
-
-    async def prune(self, checkpoint_id: str, *, keep_last: int = 1) -> int:
-        return await self._call(_sql.prune, checkpoint_id, keep_last)
-
-    async def expire(self, *, older_than: float, now: float | None = None) -> list[str]:
-        return await self._call(_sql.expire, older_than, now)
 
     async def close(self) -> None:
         await self._engine.dispose()

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from waypoint.engine.errors import CheckpointError
-from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, RunStatus
 
 from . import _sql
 
@@ -52,7 +51,7 @@ class _Conn:
         self.raw.executemany(sql, params)
 
 
-class SQLiteStore:
+class SQLiteStore(_sql.SQLStoreMethods):
     """A `CheckPointStore` in the SQLite file at `path` (created, with its schema, on first use)."""
 
     def __init__(self, path: str | Path, *, busy_timeout: float = 30.0, synchronous: str = "NORMAL") -> None:
@@ -157,40 +156,6 @@ class SQLiteStore:
             ) from err
         self._conn = conn
         return conn
-
-    # --- the store contract -------------------------------------------------------------------------------
-
-    async def get(self, checkpoint_id: str, version: int | None = None) -> Checkpoint | None:
-        return await self._call(_sql.get, checkpoint_id, version)
-
-    async def put(self, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], blobs: Sequence[Blob],
-                  *, expected_version: int | None) -> None:
-        await self._call(_sql.put, meta, header, parts, blobs, expected_version, write=True)
-
-    async def renew_lease(self, checkpoint_id: str, version: int, owner: str, expires: float) -> bool:
-        return await self._call(_sql.renew_lease, checkpoint_id, version, owner, expires, write=True)
-
-    async def record_call(self, checkpoint_id: str, version: int, call_id: str, result: bytes) -> bool:
-        return await self._call(_sql.record_call, checkpoint_id, version, call_id, result, write=True)
-
-    async def recorded_calls(self, checkpoint_id: str, version: int) -> dict[str, bytes]:
-        return await self._call(_sql.recorded_calls, checkpoint_id, version)
-
-    async def history(self, checkpoint_id: str, *, limit: int | None = None) -> list[CheckpointMeta]:
-        return await self._call(_sql.history, checkpoint_id, limit)
-
-    async def list(self, *, status: RunStatus | None = None, limit: int = 100,
-                   before: float | None = None) -> list[CheckpointMeta]:
-        return await self._call(_sql.list_runs, status, limit, before)
-
-    async def delete(self, checkpoint_id: str) -> bool:
-        return await self._call(_sql.delete, checkpoint_id, write=True)
-
-    async def prune(self, checkpoint_id: str, *, keep_last: int = 1) -> int:
-        return await self._call(_sql.prune, checkpoint_id, keep_last, write=True)
-
-    async def expire(self, *, older_than: float, now: float | None = None) -> list[str]:
-        return await self._call(_sql.expire, older_than, now, write=True)
 
     async def close(self) -> None:
         """Close the connection and stop the worker thread; the store reopens on next use."""

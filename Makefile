@@ -16,6 +16,7 @@ demo: $(STAMP)
 	$(BIN)/waypoint demo
 
 test: $(STAMP)
+	$(BIN)/ruff check engine stores middleware cmd
 	$(BIN)/pytest -q
 
 bench: $(STAMP)

@@ -33,6 +33,7 @@ from .errors import (
 )
 from .events import Emitter, Event
 from .resume import ResumeRequest, pending_interrupt_ids
+from .graph import END, START
 from .runner import Run, RunInterrupted
 
 if TYPE_CHECKING:
@@ -53,6 +54,10 @@ class RunOptions:
     version: int | None = None
     takeover: bool = False
     max_steps: int | None = None
+    migrate: Any = None
+    """Called as `migrate(position, old_structure)` when the stored run was written by a different
+    graph; it may edit the `RunPosition` (rename pending nodes, say) and return it. Without it, a
+    different graph is a `GraphMismatch`."""
 
 
 async def run_graph(graph: CompiledGraph, input: Any, opts: RunOptions, *, emitter: Emitter,
@@ -187,11 +192,22 @@ class _Session:
             return
         from .checkpoint import describe_difference
 
-        raise GraphMismatch(
-            f"run '{self.source}' was written by a different graph: "
-            f"{describe_difference(loaded.structure, self.graph.structure)}; resume it with the graph "
-            "that wrote it, or start a new run (force_new_run=True)"
-        )
+        change = describe_difference(loaded.structure, self.graph.structure)
+        if self.opts.migrate is None:
+            raise GraphMismatch(
+                f"run '{self.source}' was written by a different graph: {change}; resume it with the graph "
+                "that wrote it, pass migrate= to adapt it, or start a new run (force_new_run=True)"
+            )
+        migrated = self.opts.migrate(loaded.position, loaded.structure)
+        if migrated is not None:
+            loaded.position = migrated
+        pos, nodes = loaded.position, self.graph.nodes
+        unknown = sorted({*pos.pending, *pos.inbox, *pos.interrupts} - set(nodes) - {START, END})
+        if unknown:
+            raise GraphMismatch(
+                f"run '{self.source}': after migrate=, the position still names node(s) {unknown} that the "
+                f"graph does not have ({change})"
+            )
 
     def _check_resume(self, loaded: Loaded, request: ResumeRequest | None) -> None:
         pos = loaded.position

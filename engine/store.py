@@ -119,8 +119,9 @@ class CheckPointStore(Protocol):
     async def prune(self, checkpoint_id: str, *, keep_last: int = 1) -> int:
         """Delete all but the newest `keep_last` versions (at least 1) and what only they used."""
 
-    async def expire(self, *, older_than: float, now: float | None = None) -> list[str]:
-        """Delete interrupted runs last updated more than `older_than` seconds ago; their IDs."""
+    async def expire(self, *, older_than: float | None = None, now: float | None = None) -> list[str]:
+        """Delete interrupted runs last updated more than `older_than` seconds (default: the store's
+        `ttl`) ago; returns their IDs. A store with a `ttl` also sweeps by itself after writes."""
 
     async def close(self) -> None:
         """Release connections."""

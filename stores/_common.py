@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from waypoint.engine.store import STATUSES, CheckpointMeta
 
 
@@ -27,3 +29,33 @@ def conflict_message(checkpoint_id: str, expected_version: int | None) -> str:
                 "load it and resume, or use another checkpoint_id")
     return (f"run '{checkpoint_id}' moved past version {expected_version} (another writer got there "
             "first); reload it before writing again")
+
+
+class Expiry:
+    """`ttl`: how long an interrupted run may wait before the store deletes it (None: forever).
+
+    With a ttl, `expire()` needs no argument, and the store sweeps by itself after writes, at most
+    every `min(ttl / 10, 60)` seconds.
+    """
+
+    def __init__(self, ttl: float | None) -> None:
+        if ttl is not None and ttl <= 0:
+            raise ValueError(f"ttl must be a positive number of seconds or None, got {ttl!r}")
+        self.ttl = ttl
+        self._next = 0.0
+
+    def older_than(self, older_than: float | None) -> float:
+        if older_than is not None:
+            return older_than
+        if self.ttl is None:
+            raise ValueError("expire() needs older_than= (seconds) when the store has no ttl")
+        return self.ttl
+
+    def due(self) -> bool:
+        if self.ttl is None:
+            return False
+        now = time.monotonic()
+        if now < self._next:
+            return False
+        self._next = now + min(self.ttl / 10, 60.0)
+        return True

@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 from waypoint.engine.errors import CheckpointConflict, CheckpointError
 from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, RunStatus
 
-from ._common import check_put, check_status, conflict_message
+from ._common import Expiry, check_put, check_status, conflict_message
 
 SCHEMA_VERSION = 1
 T = TypeVar("T")
@@ -263,6 +263,8 @@ class SQLStoreMethods:
     transaction (a write transaction when `write`).
     """
 
+    expiry: Expiry
+
     async def _call(self, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
         raise NotImplementedError
 
@@ -272,6 +274,8 @@ class SQLStoreMethods:
     async def put(self, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], blobs: Sequence[Blob],
                   *, expected_version: int | None) -> None:
         await self._call(put, meta, header, parts, blobs, expected_version, write=True)
+        if self.expiry.due():
+            await self.expire()
 
     async def renew_lease(self, checkpoint_id: str, version: int, owner: str, expires: float) -> bool:
         return await self._call(renew_lease, checkpoint_id, version, owner, expires, write=True)
@@ -295,5 +299,5 @@ class SQLStoreMethods:
     async def prune(self, checkpoint_id: str, *, keep_last: int = 1) -> int:
         return await self._call(prune, checkpoint_id, keep_last, write=True)
 
-    async def expire(self, *, older_than: float, now: float | None = None) -> list[str]:
-        return await self._call(expire, older_than, now, write=True)
+    async def expire(self, *, older_than: float | None = None, now: float | None = None) -> list[str]:
+        return await self._call(expire, self.expiry.older_than(older_than), now, write=True)

@@ -12,15 +12,16 @@ from collections.abc import Mapping, Sequence
 from waypoint.engine.errors import CheckpointConflict
 from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, RunStatus
 
-from ._common import check_put, check_status, conflict_message
+from ._common import Expiry, check_put, check_status, conflict_message
 
 __all__ = ["MemoryStore"]
 
 
 class MemoryStore:
-    """Checkpoints kept in dictionaries; gone when the process exits."""
+    """Checkpoints kept in dictionaries; gone when the process exits. `ttl` as for `SQLiteStore`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, ttl: float | None = None) -> None:
+        self.expiry = Expiry(ttl)
         self._versions: dict[str, dict[int, tuple[CheckpointMeta, bytes, dict[str, str]]]] = {}
         self._blobs: dict[str, dict[str, Blob]] = {}
         self._ledger: dict[tuple[str, int], dict[str, bytes]] = {}
@@ -56,6 +57,8 @@ class MemoryStore:
         for blob in blobs:
             stored.setdefault(blob.hash, blob)
         versions[meta.version] = (meta, bytes(header), dict(parts))
+        if self.expiry.due():
+            await self.expire()
 
     async def renew_lease(self, checkpoint_id: str, version: int, owner: str, expires: float) -> bool:
         versions = self._versions.get(checkpoint_id) or {}
@@ -117,8 +120,8 @@ class MemoryStore:
             del blobs[h]
         return len(dropped)
 
-    async def expire(self, *, older_than: float, now: float | None = None) -> list[str]:
-        cutoff = (time.time() if now is None else now) - older_than
+    async def expire(self, *, older_than: float | None = None, now: float | None = None) -> list[str]:
+        cutoff = (time.time() if now is None else now) - self.expiry.older_than(older_than)
         gone = [cid for cid, v in self._versions.items()
                 if v and v[max(v)][0].status == "interrupted" and v[max(v)][0].updated_at < cutoff]
         for cid in gone:

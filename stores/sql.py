@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from . import _sql
+from ._common import Expiry
 
 __all__ = ["SQLStore"]
 
@@ -41,11 +42,13 @@ class _Conn:
 class SQLStore(_sql.SQLStoreMethods):
     """A `CheckPointStore` on any SQLAlchemy async URL: `postgresql+asyncpg://…`, `sqlite+aiosqlite:///…`."""
 
-    def __init__(self, url: str, *, busy_timeout: float = 30.0, **engine_options: Any) -> None:
+    def __init__(self, url: str, *, busy_timeout: float = 30.0, ttl: float | None = None,
+                 **engine_options: Any) -> None:
         from sqlalchemy import event, text
         from sqlalchemy.ext.asyncio import create_async_engine
 
         self.url = url
+        self.expiry = Expiry(ttl)
         self._text = text
         self._engine = create_async_engine(url, **engine_options)
         self.dialect = self._engine.dialect.name

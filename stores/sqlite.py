@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from waypoint.engine.errors import CheckpointError
 
 from . import _sql
+from ._common import Expiry
 
 __all__ = ["SQLiteStore"]
 
@@ -52,12 +53,17 @@ class _Conn:
 
 
 class SQLiteStore(_sql.SQLStoreMethods):
-    """A `CheckPointStore` in the SQLite file at `path` (created, with its schema, on first use)."""
+    """A `CheckPointStore` in the SQLite file at `path` (created, with its schema, on first use).
 
-    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0, synchronous: str = "NORMAL") -> None:
+    `ttl` (seconds): interrupted runs not updated for that long are deleted (see `expire`).
+    """
+
+    def __init__(self, path: str | Path, *, busy_timeout: float = 30.0, synchronous: str = "NORMAL",
+                 ttl: float | None = None) -> None:
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, got {synchronous!r}")
         self.path = Path(path)
+        self.expiry = Expiry(ttl)
         self.busy_timeout = busy_timeout
         self.synchronous = synchronous.upper()
         self._executor: ThreadPoolExecutor | None = None

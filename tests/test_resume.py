@@ -294,3 +294,54 @@ async def test_resume_context_validates_data_with_pydantic():
     iid = info.value.info.contexts[0].id
     out = await app.ainvoke(None, checkpoint_id="t", resume={iid: {"approved": True, "reason": "fine"}})
     assert out == Decision(approved=True, reason="fine")
+
+
+async def test_migrate_hook_adapts_a_run_written_by_an_older_graph():
+    store = MemoryStore()
+
+    def build(second: str):
+        g = Graph(name="flow")
+        g.add_node("ask", lambda x: (_ for _ in ()).throw(Interrupt("?")) if not get_resume_context()[0] else x)
+        g.add_node(second, lambda x: f"{second}:{x}")
+        g.add_edge(START, "ask")
+        g.add_edge("ask", second)
+        g.add_edge(second, END)
+        return g.compile(store=store)
+
+    with pytest.raises(GraphInterrupted) as info:
+        await build("old").ainvoke(1, checkpoint_id="m")
+    iid = info.value.info.contexts[0].id
+    with pytest.raises(GraphMismatch, match=r"\['old'\] removed"):
+        await build("new").ainvoke(None, checkpoint_id="m", resume=[iid])
+    seen = []
+
+    def migrate(position, old_structure):
+        seen.append(sorted(old_structure["nodes"]))
+        return position  # nothing pending refers to the renamed node
+
+    assert await build("new").ainvoke(None, checkpoint_id="m", resume=[iid], migrate=migrate) == "new:1"
+    assert seen == [["ask", "old"]]
+
+
+async def test_a_live_runner_renews_its_lease_during_a_long_step():
+    store = MemoryStore()
+    started = asyncio.Event()
+
+    async def long_step(x):
+        started.set()
+        await asyncio.sleep(0.6)
+        return x
+
+    g = Graph(name="long")
+    g.add_node("long", long_step)
+    g.add_edge(START, "long")
+    g.add_edge("long", END)
+    app = g.compile(store=store, lease_seconds=0.2)
+    first = asyncio.ensure_future(app.ainvoke(1, checkpoint_id="L"))
+    await started.wait()
+    await asyncio.sleep(0.4)  # twice the lease: only renewal keeps it alive
+    meta = (await store.history("L"))[0]
+    assert meta.status == "running" and meta.lease_expires > __import__("time").time()
+    with pytest.raises(CheckpointConflict, match="lease held by"):
+        await app.ainvoke(None, checkpoint_id="L")
+    assert await first == 1

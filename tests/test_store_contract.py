@@ -149,3 +149,20 @@ async def test_lease_renewal_only_by_owner_on_newest(store):
     assert await store.renew_lease("run-1", 1, "someone-else", 500.0) is False
     await store.put(meta(version=2, lease_owner="other", lease_expires=50.0), b"h", {}, [], expected_version=1)
     assert await store.renew_lease("run-1", 1, "me", 500.0) is False  # not the newest any more
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+async def test_ttl_sweeps_abandoned_paused_runs_by_itself(tmp_path, kind):
+    store = MemoryStore(ttl=0.2) if kind == "memory" else SQLiteStore(tmp_path / "ttl.db", ttl=0.2)
+    import time as _time
+
+    await store.put(meta("abandoned", 1, "interrupted", updated=_time.time()), b"h", {}, [], expected_version=None)
+    await store.put(meta("done", 1, "completed", updated=_time.time()), b"h", {}, [], expected_version=None)
+    await asyncio.sleep(0.35)
+    await store.put(meta("fresh", 1, "interrupted", updated=_time.time()), b"h", {}, [], expected_version=None)
+    assert await store.get("abandoned") is None  # swept by the write, no expire() call needed
+    assert await store.get("done") is not None and await store.get("fresh") is not None
+    assert await store.expire() == []
+    with pytest.raises(ValueError, match="needs older_than"):
+        await MemoryStore().expire()
+    await store.close()

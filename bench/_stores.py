@@ -11,6 +11,11 @@ from typing import Any
 from bench._harness import NotAvailable
 
 
+# SQLite file cases: "sqlite" is each library as shipped (Waypoint synchronous=NORMAL, LangGraph sqlite's
+# default FULL); "sqlite-normal" / "sqlite-full" put both on the same setting.
+SQLITE_CASES = ("sqlite", "sqlite-normal", "sqlite-full")
+
+
 def temp_db() -> tuple[Path, Any]:
     """A fresh SQLite file path on the real disk, and a cleanup callable."""
     d = Path(tempfile.mkdtemp(prefix="waypoint-bench-"))
@@ -27,13 +32,14 @@ def waypoint_store(case: str) -> tuple[Any, Any]:
         except ImportError as exc:
             raise NotAvailable(f"waypoint.stores.MemoryStore: {exc}") from exc
         return MemoryStore(), None
-    if case == "sqlite":
+    if case in SQLITE_CASES:
         try:
             from waypoint.stores import SQLiteStore
         except ImportError as exc:
             raise NotAvailable(f"waypoint.stores.SQLiteStore: {exc}") from exc
         path, cleanup = temp_db()
-        store = SQLiteStore(str(path))
+        # "sqlite" / "sqlite-normal": the store's default (WAL, synchronous=NORMAL); "sqlite-full": fsync per commit
+        store = SQLiteStore(str(path), synchronous="FULL") if case == "sqlite-full" else SQLiteStore(str(path))
 
         async def close() -> None:
             for name in ("aclose", "close", "dispose"):
@@ -57,9 +63,13 @@ def langgraph_saver(case: str, api: str) -> tuple[Any, Any]:
         from langgraph.checkpoint.memory import InMemorySaver
 
         return InMemorySaver(), None
-    if case == "sqlite":
+    if case in SQLITE_CASES:
+        # "sqlite" / "sqlite-full": SqliteSaver as shipped (WAL, sqlite's default synchronous=FULL);
+        # "sqlite-normal": `PRAGMA synchronous=NORMAL` run on the saver's connection (Waypoint's setting)
         path, cleanup = temp_db()
         if api == "async":
+            if case == "sqlite-normal":
+                raise NotAvailable("sqlite-normal is set up for LangGraph's sync SqliteSaver only")
             import aiosqlite
             from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
@@ -74,6 +84,8 @@ def langgraph_saver(case: str, api: str) -> tuple[Any, Any]:
 
         stack = contextlib.ExitStack()
         saver = stack.enter_context(SqliteSaver.from_conn_string(str(path)))
+        if case == "sqlite-normal":
+            saver.conn.execute("PRAGMA synchronous=NORMAL")  # per connection; setup() does not reset it
 
         def close() -> None:
             stack.close()

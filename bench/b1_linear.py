@@ -4,6 +4,8 @@ Cases:
   nostore  Waypoint: no store, default trigger ("any", Pregel) · LangGraph: no checkpointer
   memory   Waypoint: MemoryStore, durability="step" · LangGraph: InMemorySaver, durability="sync"
   sqlite   Waypoint: SQLiteStore(file), durability="step" · LangGraph: SqliteSaver(file), durability="sync"
+           (each as shipped: Waypoint WAL + synchronous=NORMAL, LangGraph WAL + sqlite's default FULL)
+  sqlite-normal, sqlite-full  as sqlite with both on synchronous=NORMAL / FULL (bench/_stores.py)
 
     python -m bench.b1_linear --impl waypoint --case nostore
 """
@@ -16,7 +18,7 @@ from bench._harness import Target, child_main
 from bench._stores import langgraph_saver, waypoint_store
 
 N_NODES = 100
-CASES = ("nostore", "memory", "sqlite")
+CASES = ("nostore", "memory", "sqlite", "sqlite-normal", "sqlite-full")
 
 
 def _expect(value: Any, want: Any) -> None:

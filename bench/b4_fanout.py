@@ -9,7 +9,9 @@ Cases:
                trigger="all"). Apples to apples: with plain functions LangGraph's sync invoke runs the
                50 parallel nodes on a thread pool, while Waypoint calls them inline on the event loop.
   sqlite       Waypoint: SQLiteStore(file), durability="step", trigger="all" ·
-               LangGraph: SqliteSaver(file), durability="sync"
+               LangGraph: SqliteSaver(file), durability="sync" (each as shipped: Waypoint WAL +
+               synchronous=NORMAL, LangGraph WAL + sqlite's default FULL)
+  sqlite-normal, sqlite-full  as sqlite with both on synchronous=NORMAL / FULL (bench/_stores.py)
 
 Waypoint: "fan" returns its input; p0..p49 each return {f"k{i}": x} (dicts merge by key union at
 fan-in); "join" returns len(merged dict) == 50.
@@ -28,7 +30,7 @@ from bench._harness import Target, child_main
 from bench._stores import langgraph_saver, waypoint_store
 
 WIDTH = 50
-CASES = ("nostore", "nostore-any", "async-nodes", "sqlite")
+CASES = ("nostore", "nostore-any", "async-nodes", "sqlite", "sqlite-normal", "sqlite-full")
 ASYNC_CASES = ("async-nodes",)
 
 
@@ -38,7 +40,7 @@ def _expect(value: Any, want: Any) -> None:
 
 
 def make_waypoint(case: str, api: str) -> Target:
-    store, close = waypoint_store("sqlite" if case == "sqlite" else "nostore")
+    store, close = waypoint_store(case if case.startswith("sqlite") else "nostore")
     from waypoint.engine import END, START, Graph
 
     g = Graph(name="b4")
@@ -95,7 +97,7 @@ def make_langgraph(case: str, api: str) -> Target:
         out: Annotated[list, operator.add]
         n: int
 
-    saver, close = langgraph_saver("sqlite" if case == "sqlite" else "nostore", api)
+    saver, close = langgraph_saver(case if case.startswith("sqlite") else "nostore", api)
     g = StateGraph(S)
     names = [f"p{i}" for i in range(WIDTH)]
     if case == "async-nodes":

@@ -1,7 +1,7 @@
 """Run every benchmark side by side and print one markdown table (``make bench``).
 
     python -m bench.run_all                 # all workloads, 5 process runs per cell
-    python -m bench.run_all --runs 7 --only b1,b4
+    python -m bench.run_all --runs 7 --only b1,b4      # any of b1,b2,b3,b4,b5,b6
 
 Also writes the table, with the date/machine/version lines, to bench/results/latest.md.
 """
@@ -12,10 +12,11 @@ import argparse
 import datetime as dt
 import os
 import platform
+import statistics
 import sys
 import time
 
-from bench._harness import Row, langgraph_version, render_table, run_rows, write_results
+from bench._harness import Cell, Row, langgraph_version, render_table, run_rows, write_results
 
 ROWS: dict[str, list[Row]] = {
     "b1": [
@@ -23,8 +24,50 @@ ROWS: dict[str, list[Row]] = {
             "nostore", "nostore", "≤ 0.10"),
         Row("B1 linear, 100 nodes", "memory (WP MemoryStore step · LG InMemorySaver sync)", "bench.b1_linear",
             "us_per_step", "µs/step", "memory", "memory"),
-        Row("B1 linear, 100 nodes", "SQLite file (WP step · LG SqliteSaver sync)", "bench.b1_linear",
-            "us_per_step", "µs/step", "sqlite", "sqlite", "≤ 0.25"),
+        Row("B1 linear, 100 nodes", "SQLite file as shipped (WP step, NORMAL · LG SqliteSaver sync, FULL)",
+            "bench.b1_linear", "us_per_step", "µs/step", "sqlite", "sqlite", "≤ 0.25"),
+        Row("B1 linear, 100 nodes", "SQLite file, both synchronous=NORMAL", "bench.b1_linear",
+            "us_per_step", "µs/step", "sqlite", "sqlite-normal"),
+        Row("B1 linear, 100 nodes", "SQLite file, both synchronous=FULL", "bench.b1_linear",
+            "us_per_step", "µs/step", "sqlite-full", "sqlite"),
+    ],
+    "b2": [
+        Row("B2 agent loop, 200 it.", "wall time, SQLite as shipped (WP NORMAL · LG FULL)", "bench.b2_agent_loop",
+            "wall_ms", "ms", "it200", "it200", "≤ 0.5"),
+        Row("B2 agent loop, 200 it.", "wall time, both synchronous=NORMAL", "bench.b2_agent_loop",
+            "wall_ms", "ms", "it200", "it200-normal"),
+        Row("B2 agent loop, 200 it.", "wall time, both synchronous=FULL", "bench.b2_agent_loop",
+            "wall_ms", "ms", "it200-full", "it200"),
+        Row("B2 agent loop, 200 it.", "DB bytes ÷ steps at 400 steps", "bench.b2_agent_loop",
+            "bytes_per_step", "B/step", "it200", "it200", "≤ 0.05"),
+        Row("B2 agent loop, 200 it.", "last 10 iterations ÷ first 10 (1 = flat)", "bench.b2_agent_loop",
+            "last10_over_first10", "×", "it200", "it200"),
+        Row("B2 agent loop, 200 it.", "last 10 ÷ first 10, both synchronous=NORMAL", "bench.b2_agent_loop",
+            "last10_over_first10", "×", "it200", "it200-normal"),
+        Row("B2 agent loop, 200 it.", "time of the first 10 iterations (as shipped)", "bench.b2_agent_loop",
+            "first10_ms", "ms", "it200", "it200"),
+        Row("B2 agent loop, 200 it.", "time of the last 10 iterations (as shipped)", "bench.b2_agent_loop",
+            "last10_ms", "ms", "it200", "it200"),
+        Row("B2 growth curve", "DB bytes ÷ steps at 100 steps (50 it.)", "bench.b2_agent_loop",
+            "bytes_per_step", "B/step", "it50", "it50"),
+        Row("B2 growth curve", "DB bytes ÷ steps at 200 steps (100 it.)", "bench.b2_agent_loop",
+            "bytes_per_step", "B/step", "it100", "it100"),
+    ],
+    "b3": [
+        Row("B3 cold resume (new process)", "resume excl. all imports, SQLite as shipped (WP NORMAL · LG FULL)",
+            "bench.b3_resume", "resume_ms", "ms", "sqlite", "sqlite", "≤ 0.25"),
+        Row("B3 cold resume (new process)", "resume excl. all imports, both synchronous=NORMAL",
+            "bench.b3_resume", "resume_ms", "ms", "sqlite", "sqlite-normal"),
+        Row("B3 cold resume (new process)", "resume excl. all imports, both synchronous=FULL",
+            "bench.b3_resume", "resume_ms", "ms", "sqlite-full", "sqlite"),
+        Row("B3 cold resume (new process)", "resume incl. modules loaded lazily by the first invoke",
+            "bench.b3_resume", "resume_lazy_ms", "ms", "sqlite", "sqlite"),
+        Row("B3 cold resume (new process)", "imports: everything the resume loads", "bench.b3_resume",
+            "import_ms", "ms", "sqlite", "sqlite", "≤ 0.15"),
+        Row("B3 cold resume (new process)", "imports: the public imports only", "bench.b3_resume",
+            "import_public_ms", "ms", "sqlite", "sqlite"),
+        Row("B3 cold resume (new process)", "peak RSS of the resume process", "bench.b3_resume",
+            "peak_rss_mb", "MB", "sqlite", "sqlite", "≤ 0.6"),
     ],
     "b4": [
         Row("B4 fan-out 50 + join", "no store (WP trigger=all)", "bench.b4_fanout", "us_per_task", "µs/task",
@@ -33,8 +76,19 @@ ROWS: dict[str, list[Row]] = {
             "nostore-any", "nostore", "≤ 0.2"),
         Row("B4 fan-out 50 + join", "no store, async def nodes, both ainvoke (WP trigger=all)", "bench.b4_fanout",
             "us_per_task", "µs/task", "async-nodes", "async-nodes", "≤ 0.2"),
-        Row("B4 fan-out 50 + join", "SQLite file (WP step, trigger=all · LG SqliteSaver sync)", "bench.b4_fanout",
-            "us_per_task", "µs/task", "sqlite", "sqlite"),
+        Row("B4 fan-out 50 + join", "SQLite file as shipped (WP step, NORMAL, trigger=all · LG sync, FULL)",
+            "bench.b4_fanout", "us_per_task", "µs/task", "sqlite", "sqlite"),
+        Row("B4 fan-out 50 + join", "SQLite file, both synchronous=NORMAL", "bench.b4_fanout",
+            "us_per_task", "µs/task", "sqlite", "sqlite-normal"),
+        Row("B4 fan-out 50 + join", "SQLite file, both synchronous=FULL", "bench.b4_fanout",
+            "us_per_task", "µs/task", "sqlite-full", "sqlite"),
+    ],
+    "b5": [
+        Row("B5 500 concurrent runs", "runs/s end to end (pause + resume each; higher is better)",
+            "bench.b5_concurrent", "runs_per_s", "runs/s", "sqlite", None),
+        Row("B5 500 concurrent runs", "peak RSS", "bench.b5_concurrent", "peak_rss_mb", "MB", "sqlite", None),
+        Row("B5 500 concurrent runs", "runs verified completed exactly once", "bench.b5_concurrent", "runs_ok",
+            "of 500", "sqlite", None, "500"),
     ],
     "b6": [
         Row("B6 import", "engine: time", "bench.b6_import", "import_ms", "ms", "engine", "engine"),
@@ -63,7 +117,44 @@ def header() -> str:
         f"- langgraph: {langgraph_version()}",
         "- APIs: Waypoint `await app.ainvoke(...)` inside one event loop; LangGraph sync `invoke(...)` "
         "(its faster path here: ainvoke measured slower in B1 and B4), except rows that say otherwise",
+        "- SQLite settings: Waypoint `SQLiteStore` = WAL + `synchronous=NORMAL` (its default); LangGraph "
+        "`SqliteSaver` = WAL + sqlite's default `synchronous=FULL` (fsync per commit). \"as shipped\" rows "
+        "compare the defaults; \"both NORMAL\" / \"both FULL\" rows put both on one setting",
     ])
+
+
+def growth_curve(results: dict[tuple, dict[str, Cell]]) -> str:
+    """B2's DB bytes per step at 100 / 200 / 400 steps for both columns (medians), and 400 ÷ 100."""
+    lines = ["B2 growth curve: database bytes ÷ steps (median of the runs; separate runs of 50 / 100 / 200 "
+             "iterations)", "", "| steps | Waypoint B/step | LangGraph B/step | ratio (WP/LG) |", "|---|---|---|---|"]
+    med: dict[tuple[str, str], float | None] = {}
+    for case in ("it50", "it100", "it200"):
+        for impl in ("waypoint", "langgraph"):
+            cell = results.get(("bench.b2_agent_loop", impl, case), {}).get("bytes_per_step")
+            med[impl, case] = statistics.median(cell.values) if cell and cell.values else None
+        wp, lg = med["waypoint", case], med["langgraph", case]
+        steps = 2 * int(case.removeprefix("it"))
+        lines.append(f"| {steps} | {_b(wp)} | {_b(lg)} | {f'{wp / lg:.3f}' if wp and lg else '—'} |")
+    growth = []
+    for impl, label in (("waypoint", "Waypoint"), ("langgraph", "LangGraph")):
+        a, b = med[impl, "it50"], med[impl, "it200"]
+        growth.append(f"{label} {b / a:.2f}×" if a and b else f"{label} —")
+    lines += ["", "Bytes/step at 400 steps ÷ at 100 steps (1 = flat): " + ", ".join(growth) + "."]
+    return "\n".join(lines)
+
+
+def _b(v: float | None) -> str:
+    return "—" if v is None else f"{v:,.0f}"
+
+
+def failed_jobs(results: dict[tuple, dict[str, Cell]]) -> list[str]:
+    """Jobs that reported an error (B5's exactly-once check reports its failures as one)."""
+    out = []
+    for (module, impl, case), cells in results.items():
+        cell = cells.get("*")
+        if cell is not None and cell.status and cell.status.startswith("error"):
+            out.append(f"{module} {impl} {case}: {cell.status}")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,11 +176,18 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     results = run_rows(rows, args.runs, log)
     text = header() + "\n\n" + render_table(rows, results, args.runs)
+    if "b2" in picked:
+        text += "\n\n" + growth_curve(results)
     text += f"\nTotal bench time: {time.perf_counter() - t0:.0f} s.\n"
+    failures = failed_jobs(results)
+    if failures:
+        text += "\n" + "\n".join(f"**FAIL** {f}" for f in failures) + "\n"
     print(text)
+    for f in failures:
+        print(f"FAIL: {f}", file=sys.stderr, flush=True)
     path = write_results(text)
     log(f"written to {path}")
-    return 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

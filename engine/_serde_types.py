@@ -16,10 +16,10 @@ import re
 import threading
 from collections.abc import Callable
 from datetime import date, datetime, time, timedelta, timezone
-from decimal import Decimal
-from typing import Any, Literal, TypeVar, overload
-from uuid import UUID
-from zoneinfo import TZPATH, ZoneInfo, available_timezones
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+
+if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
 
 import msgpack
 
@@ -28,6 +28,7 @@ from .errors import CheckpointCorrupted, SerializationError
 __all__ = [
     "BUILTIN_BUILDERS",
     "BUILTIN_ENCODERS",
+    "builtin_encoder",
     "ExtCode",
     "Marker",
     "M_REGISTERED",
@@ -320,7 +321,8 @@ def _encode_tz(tz: Any) -> Any:
         micros = offset // timedelta(microseconds=1)
         name = tz.tzname(None)
         return micros if name == timezone(offset).tzname(None) else [micros, name]
-    if type(tz) is ZoneInfo and tz.key is not None:
+    zoneinfo = sys.modules.get("zoneinfo")  # a ZoneInfo can only exist once zoneinfo is imported
+    if zoneinfo is not None and type(tz) is zoneinfo.ZoneInfo and tz.key is not None:
         return tz.key
     raise Unencodable(
         f"its tzinfo {type(tz).__module__}.{type(tz).__qualname__} ({tz!r}) is not supported; "
@@ -342,9 +344,25 @@ BUILTIN_ENCODERS: dict[type, Callable[[Any], Any]] = {
     date: lambda d: [_M_DATE, d.toordinal()],
     time: lambda t: [_M_TIME, t.hour, t.minute, t.second, t.microsecond, t.fold, _encode_tz(t.tzinfo)],
     timedelta: lambda td: [_M_TIMEDELTA, td.days, td.seconds, td.microseconds],
-    UUID: lambda u: msgpack.ExtType(_UUID, u.bytes),
-    Decimal: lambda d: msgpack.ExtType(_DECIMAL, str(d).encode("ascii")),
 }
+# uuid and decimal are not imported by the codec (a resume pays for every import): their encoders join
+# the table the first time a value of their type is written, which needs the module to be loaded anyway.
+_LAZY_ENCODERS: dict[tuple[str, str], Callable[[Any], Any]] = {
+    ("uuid", "UUID"): lambda u: msgpack.ExtType(_UUID, u.bytes),
+    ("decimal", "Decimal"): lambda d: msgpack.ExtType(_DECIMAL, str(d).encode("ascii")),
+}
+
+
+def builtin_encoder(kind: type) -> Callable[[Any], Any] | None:
+    """The encoder of a built-in type, or None."""
+    encode = BUILTIN_ENCODERS.get(kind)
+    if encode is None:
+        encode = _LAZY_ENCODERS.get((kind.__module__, kind.__qualname__))
+        if encode is not None and getattr(sys.modules.get(kind.__module__), kind.__qualname__, None) is kind:
+            BUILTIN_ENCODERS[kind] = encode
+        else:
+            encode = None
+    return encode
 
 
 # --- built-in types: decode --------------------------------------------------------------------
@@ -359,6 +377,8 @@ def _zone(key: str) -> ZoneInfo:
     ZoneInfo falls back to importing `tzdata.zoneinfo.<Area>` packages; the check keeps the data
     from choosing what gets imported: the key must be a file on TZPATH or in tzdata's own list.
     """
+    from zoneinfo import TZPATH, ZoneInfo
+
     if not _ZONE_KEY.fullmatch(key):
         raise CheckpointCorrupted(f"stored time zone key {key!r} is not a valid IANA zone key")
     on_disk = any(os.path.isfile(os.path.join(root, key)) for root in TZPATH)
@@ -371,6 +391,8 @@ def _zone(key: str) -> ZoneInfo:
 
 @functools.cache
 def _all_zones() -> frozenset[str]:
+    from zoneinfo import available_timezones
+
     return frozenset(available_timezones())
 
 
@@ -425,8 +447,12 @@ def ext_hook(code: int, payload: bytes) -> Any:
     if code == _BIGINT and payload:
         return int.from_bytes(payload, "big", signed=True)
     if code == _UUID:
+        from uuid import UUID
+
         return UUID(bytes=payload)
     if code == _DECIMAL:
+        from decimal import Decimal
+
         return Decimal(payload.decode("ascii"))
     raise CheckpointCorrupted(
         f"checkpoint body holds msgpack ext type {code} ({len(payload)} bytes), which Waypoint never writes"

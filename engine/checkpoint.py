@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +39,7 @@ _FORMAT = 1
 
 def new_owner() -> str:
     """A lease owner name unique to this process and call: host, pid and a random suffix."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{os.uname().nodename}:{os.getpid()}:{os.urandom(4).hex()}"
 
 
 def graph_structure(graph: CompiledGraph) -> dict[str, Any]:
@@ -66,11 +64,12 @@ def fingerprint(structure: dict[str, Any]) -> str:
 
 @dataclass(slots=True)
 class _PartCache:
-    """What was last written for one part: its head hash and, for lists, each item's bytes."""
+    """What was last written for one part: its head hash and, for a list, its items' bytes."""
 
     head: str
-    items: list[bytes] | None = None
-    segments: int = 1
+    raw: bytes | None = None
+    """A list part's items, each msgpack-encoded, concatenated (the array body without its header)."""
+    count: int = 0
 
 
 @dataclass(kw_only=True)
@@ -110,10 +109,15 @@ class Checkpointer:
         parts = {"run": self._whole("run", _position_to_plain(pos), blobs),
                  "graph": self._whole("graph", self.graph_structure, blobs)}
         state_kind, fields = _split_state(pos.state, self.serializer)
+        lists = []
         for name, value in fields.items():
             key = f"s:{name}"
-            parts[key] = self._list(key, value, blobs) if type(value) is list else self._whole(key, value, blobs)
-        header = self.serializer.dumps({"format": _FORMAT, "parts": parts, "state": state_kind},
+            if type(value) is list:
+                parts[key] = self._list(key, value, blobs)
+                lists.append(key)
+            else:
+                parts[key] = self._whole(key, value, blobs)
+        header = self.serializer.dumps({"format": _FORMAT, "parts": parts, "lists": lists, "state": state_kind},
                                        root=f"checkpoint '{self.checkpoint_id}'")
         return await self._put(pos.step, status, error, header, parts, blobs)
 
@@ -158,21 +162,27 @@ class Checkpointer:
         return digest
 
     def _list(self, name: str, items: list[Any], blobs: list[Blob]) -> str:
+        """A list part: when the list only grew, write just the new items as a segment on its chain.
+
+        One encoding of the whole list (C speed), then a byte-prefix test against the last write:
+        msgpack values are self-delimiting, so "the old items' bytes are a prefix of the new ones"
+        means exactly "the old items are unchanged and items were appended" — an item edited in place
+        changes the bytes and starts a new chain.
+        """
         ser = self.serializer
-        encoded = [ser.pack(item, root=f"{self.checkpoint_id}.{name}[{i}]") for i, item in enumerate(items)]
+        raw = _array_body(ser.pack(items, root=f"{self.checkpoint_id}.{name}"))
         cached = self._cache.get(name)
-        if cached is not None and cached.items is not None and cached.items and len(encoded) >= len(cached.items) \
-                and encoded[: len(cached.items)] == cached.items:
-            if len(encoded) == len(cached.items):
+        if cached is not None and cached.raw is not None and raw.startswith(cached.raw):
+            if len(items) == cached.count:
                 return cached.head
-            parent, new, segments = cached.head, encoded[len(cached.items):], cached.segments + 1
+            parent, new_raw, new_count = cached.head, raw[len(cached.raw):], len(items) - cached.count
         else:
-            parent, new, segments = None, encoded, 1
-        data = ser.encode_value(new)
+            parent, new_raw, new_count = None, raw, len(items)
+        data = ser.encode_value([new_count, new_raw])
         digest = self._hash(parent, data)
         if digest not in self._known:
             blobs.append(Blob(hash=digest, data=data, parent=parent))
-        self._cache[name] = _PartCache(head=digest, items=encoded, segments=segments)
+        self._cache[name] = _PartCache(head=digest, raw=raw, count=len(items))
         return digest
 
     # --- reading -------------------------------------------------------------------------------------
@@ -196,9 +206,12 @@ class Checkpointer:
         if not isinstance(header, dict) or header.get("format") != _FORMAT or header.get("parts") != dict(record.parts):
             raise CheckpointCorrupted(f"{where}: its header does not match its part list; the record is damaged")
         values: dict[str, Any] = {}
+        lists = set(header.get("lists", ()))
         for name, head in record.parts.items():
             chain = record.chains.get(name) or ()
-            values[name] = self._decode_chain(name, head, chain, where)
+            self._verify_chain(name, head, chain, where)
+            values[name] = self._decode_list(name, head, chain, where) if name in lists \
+                else self._decode_whole(name, head, chain, where)
         try:
             position = _position_from_plain(values.pop("run"))
             structure = values.pop("graph")
@@ -209,7 +222,7 @@ class Checkpointer:
             raise CheckpointCorrupted(f"{where}: its content does not have the expected shape ({err})") from err
         return Loaded(meta=record.meta, position=position, structure=structure)
 
-    def _decode_chain(self, name: str, head: str, chain: Any, where: str) -> Any:
+    def _verify_chain(self, name: str, head: str, chain: Any, where: str) -> None:
         parent = None
         for blob in chain:
             if blob.parent != parent or self._hash(parent, blob.data) != blob.hash:
@@ -220,28 +233,45 @@ class Checkpointer:
             parent = blob.hash
         if not chain or parent != head:
             raise CheckpointCorrupted(f"{where}: part '{name}' is missing blobs; delete this run or restore a backup")
-        ser = self.serializer
-        if len(chain) == 1 and chain[0].parent is None and not name.startswith("s:"):
-            value = ser.decode_value(chain[0].data)
-        else:
-            value = ser.decode_value(chain[0].data)
-            if type(value) is list and chain[0].parent is None and name.startswith("s:") and _is_segment(value):
-                items: list[bytes] = []
-                for blob in chain:
-                    seg = value if blob is chain[0] else ser.decode_value(blob.data)
-                    if not _is_segment(seg):
-                        raise CheckpointCorrupted(f"{where}: part '{name}' has a malformed segment")
-                    items.extend(seg)
-                self._cache[name] = _PartCache(head=head, items=items, segments=len(chain))
-                return [ser.unpack(i) for i in items]
-        if len(chain) > 1:
+
+    def _decode_whole(self, name: str, head: str, chain: Any, where: str) -> Any:
+        if len(chain) != 1:
             raise CheckpointCorrupted(f"{where}: part '{name}' has segments but is not a list")
         self._cache[name] = _PartCache(head=head)
-        return value
+        return self.serializer.decode_value(chain[0].data)
+
+    def _decode_list(self, name: str, head: str, chain: Any, where: str) -> list[Any]:
+        ser = self.serializer
+        bodies, count = [], 0
+        for blob in chain:
+            segment = ser.decode_value(blob.data)
+            if not (type(segment) is list and len(segment) == 2 and type(segment[0]) is int
+                    and type(segment[1]) is bytes and segment[0] >= 0):
+                raise CheckpointCorrupted(f"{where}: part '{name}' has a malformed segment")
+            count += segment[0]
+            bodies.append(segment[1])
+        raw = b"".join(bodies)
+        items = ser.unpack(_array_head(count) + raw)
+        if type(items) is not list or len(items) != count:
+            raise CheckpointCorrupted(f"{where}: part '{name}' segments do not add up to its items")
+        self._cache[name] = _PartCache(head=head, raw=raw, count=count)
+        return items
 
 
-def _is_segment(value: Any) -> bool:
-    return type(value) is list and all(type(v) is bytes for v in value)
+def _array_body(packed: bytes) -> bytes:
+    """A msgpack array's bytes without its header: the items' encodings, concatenated."""
+    first = packed[0]
+    if 0x90 <= first <= 0x9F:
+        return packed[1:]
+    return packed[3:] if first == 0xDC else packed[5:]
+
+
+def _array_head(count: int) -> bytes:
+    if count < 16:
+        return bytes([0x90 | count])
+    if count < 1 << 16:
+        return b"\xdc" + count.to_bytes(2, "big")
+    return b"\xdd" + count.to_bytes(4, "big")
 
 
 # --- position <-> plain values ------------------------------------------------------------------------

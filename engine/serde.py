@@ -36,6 +36,7 @@ import msgpack
 from ._serde_types import (
     BUILTIN_BUILDERS,
     BUILTIN_ENCODERS,
+    builtin_encoder,
     M_REGISTERED,
     ExtCode,
     Marker,
@@ -116,7 +117,7 @@ class _Codec:
     def default(self, obj: Any) -> Any:
         """msgpack's hook for everything it does not pack natively (strict_types: subclasses too)."""
         kind = type(obj)
-        encode = BUILTIN_ENCODERS.get(kind)
+        encode = BUILTIN_ENCODERS.get(kind) or builtin_encoder(kind)
         if encode is not None:
             return encode(obj)
         entry = self.registry.entry_for_type(kind)

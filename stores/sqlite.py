@@ -1,12 +1,12 @@
 """`SQLiteStore(path)`: checkpoints in one SQLite file, shared safely by threads and processes.
 
 Every operation runs as one transaction (`BEGIN IMMEDIATE` for writes, so two processes never
-interleave a compare-and-set). Reads, and writes that must wait for another process's lock, are one
-trip to a worker thread that owns a `sqlite3` connection (so the event loop never waits on a lock).
-A write that finds the database free runs at once on the calling thread: on this hardware a thread
-round trip costs more (~100 µs) than the commit itself (~60 µs), and a per-step checkpoint is paid at
-every step. That connection never waits (busy timeout 0: a locked database sends the write to the
-worker) and never checkpoints the WAL itself (the worker does that, off the event loop).
+interleave a compare-and-set). An operation that finds the database free runs at once on the calling
+thread: on this hardware a thread round trip costs more (~100 µs) than a commit (~60 µs), and a
+per-step checkpoint is paid at every step. That connection never waits (busy timeout 0) and never
+checkpoints the WAL itself. Whatever would wait — another process holds the lock, the file or its
+schema must be created — goes to a worker thread with its own connection and the real busy timeout,
+so the event loop never waits on a lock; the worker also checkpoints the WAL.
 Settings: WAL journal (readers never block the writer), `synchronous=NORMAL` (a commit is durable
 against a crash of the process, and against power loss once the WAL is checkpointed — the last
 commits before a power cut may be lost, never corrupted; pass `synchronous="FULL"` to fsync every
@@ -32,6 +32,11 @@ from ._common import Expiry
 __all__ = ["SQLiteStore"]
 
 T = TypeVar("T")
+
+
+def _is_busy(err: sqlite3.OperationalError) -> bool:
+    text = str(err)
+    return "locked" in text or "busy" in text
 
 
 class _Conn:
@@ -72,6 +77,7 @@ class SQLiteStore(_sql.SQLStoreMethods):
         self._inline: _Conn | None = None
         self._inline_lock = threading.Lock()
         self._inline_writes = 0
+        self._needs_migration = False  # the worker opens (and migrates) first; then inline is tried again
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -79,15 +85,13 @@ class SQLiteStore(_sql.SQLStoreMethods):
     # --- plumbing ------------------------------------------------------------------------------------
 
     async def _call(self, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
-        executor = self._worker()
+        done, result = self._try_inline(fn, args, write)
         loop = asyncio.get_running_loop()
-        if write and self._conn is not None:  # the schema exists: try the write without a thread hop
-            done, result = self._try_inline(fn, args)
-            if done:
-                if self._inline_writes % 500 == 0:  # keep the WAL short, off the event loop
-                    loop.run_in_executor(executor, self._checkpoint_wal)
-                return result
-        return await loop.run_in_executor(executor, self._transaction, fn, args, write)
+        if done:
+            if write and self._inline_writes % 500 == 0:  # keep the WAL short, off the event loop
+                loop.run_in_executor(self._worker(), self._checkpoint_wal)
+            return result
+        return await loop.run_in_executor(self._worker(), self._transaction, fn, args, write)
 
     def _worker(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -95,33 +99,53 @@ class SQLiteStore(_sql.SQLStoreMethods):
                 self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="waypoint-sqlite")
             return self._executor
 
-    def _try_inline(self, fn: Callable[..., T], args: tuple) -> tuple[bool, Any]:
-        """Run a write here if the database is free right now; (False, None) sends it to the worker."""
+    def _try_inline(self, fn: Callable[..., T], args: tuple, write: bool) -> tuple[bool, Any]:
+        """Run `fn` here if the database is free right now; (False, None) sends it to the worker."""
         if not self._inline_lock.acquire(blocking=False):
             return False, None
         try:
             conn = self._inline or self._open_inline()
+            if conn is None:
+                return False, None
+            raw = conn.raw
             try:
-                conn.raw.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as err:
-                if "locked" in str(err) or "busy" in str(err):
-                    return False, None  # another process writes: wait for it on the worker
-                raise
-            try:
+                raw.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 result = fn(conn, *args)
-            except BaseException:
-                conn.raw.rollback()
+            except sqlite3.OperationalError as err:
+                if raw.in_transaction:
+                    raw.rollback()
+                if _is_busy(err):  # another process holds the lock: wait for it on the worker
+                    return False, None
                 raise
-            conn.raw.commit()
-            self._inline_writes += 1
+            except BaseException:
+                if raw.in_transaction:
+                    raw.rollback()
+                raise
+            raw.commit()
+            if write:
+                self._inline_writes += 1
             return True, result
         finally:
             self._inline_lock.release()
 
-    def _open_inline(self) -> _Conn:
+    def _open_inline(self) -> _Conn | None:
+        """The calling thread's connection, or None while the file or its schema is not ready."""
+        if self._needs_migration or not self.path.exists():
+            return None
         raw = sqlite3.connect(self.path, timeout=0, isolation_level=None, check_same_thread=False)
-        raw.execute(f"PRAGMA synchronous={self.synchronous}")
-        raw.execute("PRAGMA wal_autocheckpoint=0")
+        try:
+            raw.execute(f"PRAGMA synchronous={self.synchronous}")
+            raw.execute("PRAGMA wal_autocheckpoint=0")
+            found = raw.execute("SELECT version FROM waypoint_schema").fetchall()
+            wal = raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        except sqlite3.DatabaseError:  # no schema yet, locked, or not a database: the worker says which
+            raw.close()
+            self._needs_migration = True
+            return None
+        if not wal or found != [(_sql.SCHEMA_VERSION,)]:
+            raw.close()
+            self._needs_migration = True
+            return None
         self._inline = _Conn(raw)
         return self._inline
 
@@ -139,6 +163,7 @@ class SQLiteStore(_sql.SQLStoreMethods):
             raw.rollback()
             raise
         raw.commit()
+        self._needs_migration = False  # the schema is there now: the calling thread may try again
         return result
 
     def _open(self) -> _Conn:
@@ -155,6 +180,7 @@ class SQLiteStore(_sql.SQLStoreMethods):
                 raw.rollback()
                 raise
             raw.commit()
+            self._needs_migration = False
         except sqlite3.DatabaseError as err:
             raise CheckpointError(
                 f"cannot open checkpoint database {str(self.path)!r}: {err}; check the path and that it "

@@ -17,6 +17,7 @@ written. That keeps the bytes written per step flat as history grows (docs/store
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import time
@@ -56,10 +57,16 @@ def graph_structure(graph: CompiledGraph) -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=64)
+def _fingerprint(packed: bytes) -> str:
+    return hashlib.blake2b(packed, digest_size=12).hexdigest()
+
+
 def fingerprint(structure: dict[str, Any]) -> str:
+    """A short hash of a graph structure: equal structures, equal fingerprints."""
     import msgpack
 
-    return hashlib.blake2b(msgpack.packb(structure, use_bin_type=True), digest_size=12).hexdigest()
+    return _fingerprint(msgpack.packb(structure, use_bin_type=True))
 
 
 @dataclass(slots=True)
@@ -96,6 +103,7 @@ class Checkpointer:
     _cache: dict[str, _PartCache] = field(default_factory=dict)
     _known: set[str] = field(default_factory=set)
     _last: tuple[int, bytes, dict[str, str]] | None = None
+    _graph_part: str | None = None
 
     def __post_init__(self) -> None:
         self.fingerprint = fingerprint(self.graph_structure)
@@ -106,8 +114,11 @@ class Checkpointer:
     async def save(self, pos: RunPosition, status: str, *, error: str | None = None) -> CheckpointMeta:
         """Write the next version (compare-and-set on the one this run last read or wrote)."""
         blobs: list[Blob] = []
-        parts = {"run": self._whole("run", _position_to_plain(pos), blobs),
-                 "graph": self._whole("graph", self.graph_structure, blobs)}
+        if self._graph_part is None:  # the same bytes at every step: encode once
+            self._graph_part = self._whole("graph", self.graph_structure, blobs)
+        elif self._graph_part not in self._known:
+            self._whole("graph", self.graph_structure, blobs)
+        parts = {"run": self._whole("run", _position_to_plain(pos), blobs), "graph": self._graph_part}
         state_kind, fields = _split_state(pos.state, self.serializer)
         lists = []
         for name, value in fields.items():

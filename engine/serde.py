@@ -401,7 +401,7 @@ def _read_header(view: memoryview, header_end: int) -> tuple[str, bool]:
     if fmt > FORMAT_VERSION:
         raise UnsupportedFormat(fmt)
     check, encrypted = header.get("check"), header.get("enc", False)
-    if fmt < 1 or check not in _CHECKS or type(encrypted) is not bool:
+    if fmt < 1 or type(check) is not str or check not in _CHECKS or type(encrypted) is not bool:
         raise CheckpointCorrupted(f"checkpoint record header is invalid: {header!r}")
     return check, encrypted
 

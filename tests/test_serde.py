@@ -800,3 +800,16 @@ def test_property_well_formed_but_hostile_msgpack_raises_only_waypoint_errors(va
 def test_nan_and_signed_zero_survive() -> None:
     out = roundtrip([float("nan"), -0.0, Decimal("-0")])
     assert math.isnan(out[0]) and math.copysign(1, out[1]) == -1 and str(out[2]) == "-0"
+
+
+def test_header_with_an_unhashable_check_field_is_corrupted_not_a_type_error():
+    """Found by the mutation property test: a damaged header whose "check" decodes to a list."""
+    import zlib
+
+    import msgpack
+
+    header = msgpack.packb({"format": 1, "check": [1], "enc": False})
+    record = b"WPT" + len(header).to_bytes(2, "big") + header + b"\x01"
+    record += zlib.crc32(record).to_bytes(4, "big")
+    with pytest.raises(CheckpointCorrupted, match="header is invalid"):
+        loads(record)

@@ -68,7 +68,11 @@ async def run_graph(graph: CompiledGraph, input: Any, opts: RunOptions, *, emitt
     if graph.store is None or opts.checkpoint_id is None:
         _refuse_without_store(graph, opts, request)
         run.start(input)
-        return await _execute(run, None, emitter)
+        try:
+            return await _execute(run, None)
+        except GraphInterrupted as paused:
+            await _announce(emitter, paused, run)
+            raise
     session = _Session(graph, opts, emitter)
     await session.prepare(run, input, request)
     return await session.execute(run)
@@ -87,17 +91,21 @@ def _refuse_without_store(graph: CompiledGraph, opts: RunOptions, request: Resum
         raise WaypointError(f"graph '{graph.name}': takeover/force_new_run need a store and a checkpoint_id")
 
 
-async def _execute(run: Run, session: _Session | None, emitter: Emitter) -> Any:
+async def _execute(run: Run, session: _Session | None) -> Any:
     try:
         return await run.execute()
     except RunInterrupted as paused:
         from .compiled import interrupt_info
 
         info = interrupt_info(paused.run.pos, paused.run.address)
-        if emitter.active:
-            await emitter.emit(Event("interrupt", (), info, run.pos.step))
         cid = session.target if session is not None else None
         raise GraphInterrupted(info, checkpoint_id=cid) from None
+
+
+async def _announce(emitter: Emitter, paused: GraphInterrupted, run: Run) -> None:
+    """The run-level interrupt event: sent only once the pause is durably saved (if it is saved)."""
+    if emitter.active:
+        await emitter.emit(Event("interrupt", (), paused.info, run.pos.step))
 
 
 class _Session:
@@ -133,6 +141,12 @@ class _Session:
         head = newest if newest is not None else (loaded.meta if loaded else None)
         if head is not None:
             self._check_lease(head)
+        if loaded is not None and loaded.meta.status == "completed" and opts.version is None \
+                and input is None and request is None and not opts.force_new_run:
+            raise CheckpointError(
+                f"run '{self.source}' has completed; pass an input to start a new run on this ID "
+                "(or force_new_run=True to start one with input None)"
+            )
         if loaded is None or (loaded.meta.status == "completed" and opts.version is None and not request):
             if request is not None:
                 raise CheckpointNotFound(
@@ -232,10 +246,11 @@ class _Session:
         if self.last_status == "running":
             self._start_renewer()
         try:
-            output = await _execute(run, self, self.emitter)
-        except GraphInterrupted:
+            output = await _execute(run, self)
+        except GraphInterrupted as paused:
             if self.last_status != "interrupted":
                 await self._save(run, "interrupted")
+            await _announce(self.emitter, paused, run)
             raise
         except asyncio.CancelledError:  # resumable, with the cause recorded
             await self._save(run, "interrupted", error="cancelled", shield=True)

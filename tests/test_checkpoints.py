@@ -208,3 +208,41 @@ async def test_streaming_run_positions_round_trip(tmp_path):
     snap = await app.get_run("s")
     assert snap.interrupts.contexts[0].info == "a b c "
     await store.close()
+
+
+async def test_signed_and_encrypted_checkpoints_refuse_the_wrong_key(tmp_path):
+    from waypoint.engine.serde import Serializer
+
+    def flip(data: bytes) -> bytes:  # a stand-in cipher: enough to prove the hook is applied both ways
+        return bytes(b ^ 0x5A for b in data)
+
+    path = tmp_path / "signed.db"
+    good = Serializer(key=b"k" * 32, encrypt=flip, decrypt=flip)
+    await chat_loop(SQLiteStore(path), 2, serializer=good).ainvoke(0, checkpoint_id="s")
+    snap = await chat_loop(SQLiteStore(path), 2, serializer=good).get_run("s")
+    assert snap.output == 2 and len(snap.state.messages) == 4
+    raw = sqlite3.connect(path).execute("SELECT group_concat(hex(data)) FROM waypoint_blobs").fetchone()[0]
+    assert "6D6D6D6D" not in raw  # "mmmm" of the messages is not on disk in the clear
+    wrong = Serializer(key=b"x" * 32, encrypt=flip, decrypt=flip)
+    with pytest.raises(CheckpointCorrupted, match="signature"):
+        await chat_loop(SQLiteStore(path), 2, serializer=wrong).get_run("s")
+
+
+def test_sync_invoke_pauses_and_resumes_with_a_sqlite_store(tmp_path):
+    """invoke() runs each call on a fresh event loop; the store must not care."""
+    from waypoint.engine import get_resume_context
+
+    def ask(x):
+        if not get_resume_context()[0]:
+            raise Interrupt("?")
+        return x * 10
+
+    g = Graph(name="sync")
+    g.add_node("ask", ask)
+    g.add_edge(START, "ask")
+    g.add_edge("ask", END)
+    app = g.compile(store=SQLiteStore(tmp_path / "sync.db"))
+    with pytest.raises(GraphInterrupted) as info:
+        app.invoke(4, checkpoint_id="s")
+    assert app.invoke(None, checkpoint_id="s", resume=True) == 40
+    assert info.value.checkpoint_id == "s"

@@ -184,3 +184,23 @@ asyncio.run(main())
     with sqlite3.connect(db) as conn:
         counts = dict(conn.execute("SELECT checkpoint_id, MAX(version) FROM waypoint_checkpoints GROUP BY 1"))
     assert counts == {"run-0": 150, "run-1": 150, "run-2": 150}
+
+
+@pytest.mark.parametrize("trigger", ["any", "all"])
+def test_partial_resume_of_parallel_interrupts_across_processes(tmp_path, trigger):
+    db, journal = tmp_path / "runs.db", tmp_path / "journal"
+    code, out, err = run(db, "review", "parallel", "--trigger", trigger, journal=journal)
+    assert code == 2, err
+    paused = json.loads(out)
+    ids = dict(zip(paused["names"], paused["interrupt"]))
+    assert set(ids) == {"legal", "security"}
+    code, out, err = run(db, "review", "parallel", "--trigger", trigger,
+                         "--resume", json.dumps({ids["legal"]: "ok"}), journal=journal)
+    assert code == 2, err
+    assert json.loads(out)["interrupt"] == [ids["security"]]  # same ID, still pending
+    code, out, err = run(db, "review", "parallel", "--trigger", trigger,
+                         "--resume", json.dumps({ids["security"]: "fine"}), journal=journal)
+    assert code == 0, err
+    assert json.loads(out) == {"join": True}
+    # each approval ran once to pause and once when it was answered; the unanswered one did not re-run
+    assert starts(journal) == Counter({"legal": 2, "security": 2, "join": 1})

@@ -77,3 +77,27 @@ async def test_aevents_yields_events_in_order_then_raises_the_outcome():
         async for e in paused.aevents(1):
             seen.append(e.kind)
     assert seen == ["start", "interrupt", "interrupt"]  # the node's own, then the run's InterruptInfo
+
+
+async def test_checkpoint_events_and_the_interrupt_event_comes_after_the_save():
+    from waypoint.stores import MemoryStore
+
+    def ask(x):
+        raise Interrupt("?")
+
+    g = Graph(name="ev3")
+    g.add_node("first", lambda x: x)
+    g.add_node("ask", ask)
+    g.add_edge(START, "first")
+    g.add_edge("first", "ask")
+    g.add_edge("ask", END)
+    for durability in ("step", "interrupt"):
+        store = MemoryStore()
+        seen = []
+        with pytest.raises(GraphInterrupted):
+            async for e in g.compile(store=store, durability=durability).aevents(1, checkpoint_id="c"):
+                seen.append((e.kind, e.node_path, e.data if e.kind == "checkpoint" else None))
+        run_level = [k for k, path, _ in seen if path == ()]
+        assert run_level[-2:] == ["checkpoint", "interrupt"], seen  # saved, then announced
+        newest = (await store.history("c"))[0]
+        assert seen[-2][2] == newest.version and newest.status == "interrupted"

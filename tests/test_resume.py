@@ -13,6 +13,7 @@ from waypoint.engine import (
     END,
     START,
     CheckpointConflict,
+    CheckpointError,
     CheckpointExists,
     CheckpointNotFound,
     Graph,
@@ -345,3 +346,17 @@ async def test_a_live_runner_renews_its_lease_during_a_long_step():
     with pytest.raises(CheckpointConflict, match="lease held by"):
         await app.ainvoke(None, checkpoint_id="L")
     assert await first == 1
+
+
+async def test_a_completed_run_is_not_resumed_by_accident():
+    g = Graph(name="done")
+    g.add_node("n", lambda x: x)
+    g.add_edge(START, "n")
+    g.add_edge("n", END)
+    app = g.compile(store=MemoryStore())
+    assert await app.ainvoke(1, checkpoint_id="d") == 1
+    with pytest.raises(CheckpointError, match="has completed; pass an input"):
+        await app.ainvoke(None, checkpoint_id="d")
+    with pytest.raises(CheckpointError, match="nothing to resume"):
+        await app.ainvoke(None, checkpoint_id="d", resume=True)
+    assert await app.ainvoke(None, checkpoint_id="d", force_new_run=True) is None

@@ -86,7 +86,25 @@ def build(args) -> Graph:
         g.add_edge("prepare", "approve")
         g.add_edge("approve", "act")
         g.add_edge("act", END)
+    elif args.mode == "parallel":  # START -> legal, security (each pauses for approval) -> join -> END
+        for name in ("legal", "security"):
+            g.add_node(name, approval(args, name), output_key=name)
+            g.add_edge(START, name)
+            g.add_edge(name, "join")
+        g.add_node("join", node(args, "join"))
+        g.add_edge("join", END)
     return g
+
+
+def approval(args, name: str):
+    async def run(x):
+        journal(args, name)
+        is_target, has_data, data = get_resume_context()
+        if not is_target:
+            raise Interrupt({"approve": name})
+        return data
+
+    return run
 
 
 async def main(args) -> int:
@@ -95,12 +113,14 @@ async def main(args) -> int:
     if args.barrier:  # start together with a rival process
         while not os.path.exists(args.barrier):
             time.sleep(0.001)
-    initial = None if args.resume is not None or args.continue_run else ([] if args.mode != "fanout" else {})
+    initial = None if args.resume is not None or args.continue_run else ({} if args.mode in ("fanout", "parallel") else [])
     resume = json.loads(args.resume) if args.resume else None
     try:
         out = await app.ainvoke(initial, checkpoint_id=args.checkpoint_id, resume=resume, takeover=args.takeover)
     except GraphInterrupted as err:
-        print(json.dumps({"interrupt": [c.id for c in err.info.contexts]}))
+        print(json.dumps({"interrupt": [c.id for c in err.info.contexts],
+                          "names": [c.info.get("approve") if isinstance(c.info, dict) else None
+                                    for c in err.info.contexts]}))
         return 2
     except CheckpointConflict as err:
         print(str(err), file=sys.stderr)
@@ -118,7 +138,7 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("db")
     p.add_argument("checkpoint_id")
-    p.add_argument("mode", choices=["linear", "fanout", "approval"])
+    p.add_argument("mode", choices=["linear", "fanout", "approval", "parallel"])
     p.add_argument("--journal")
     p.add_argument("--trigger", default="any")
     p.add_argument("--lease", type=float, default=30.0)

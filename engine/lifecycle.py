@@ -253,7 +253,10 @@ class _Session:
             await _announce(self.emitter, paused, run)
             raise
         except asyncio.CancelledError:  # resumable, with the cause recorded
-            await self._save(run, "interrupted", error="cancelled", shield=True)
+            try:
+                await self._save(run, "interrupted", error="cancelled", shield=True)
+            except Exception:  # noqa: S110 - a cancelled task must end cancelled; the run stays resumable
+                pass  # from its last saved step (its lease expires, or takeover=True)
             raise
         except CheckpointConflict:
             raise

@@ -66,11 +66,25 @@ def _history(db: Path, checkpoint_id: str) -> str:
         finally:
             await store.close()
 
-    lines = ["   version  status       step  written"]
-    for meta in asyncio.run(read()):
+    history = asyncio.run(read())
+    lines = ["   version  status       step  written   what it is"]
+    for i, meta in enumerate(history):
+        older = history[i + 1] if i + 1 < len(history) else None
         written = time.strftime("%H:%M:%S", time.localtime(meta.updated_at))
-        lines.append(f"   {meta.version:>7}  {meta.status:<11}  {meta.step:>4}  {written}")
+        lines.append(f"   {meta.version:>7}  {meta.status:<11}  {meta.step:>4}  {written}  {_meaning(meta, older)}")
     return "\n".join(lines)
+
+
+def _meaning(meta, older) -> str:
+    if meta.status == "completed":
+        return "the run finished; its output is stored"
+    if meta.status == "interrupted":
+        return "paused for the reviewer (process A exits here)"
+    if older is None:
+        return "process A claims the new run"
+    if older.status == "interrupted":
+        return "process B claims the paused run (exactly one resumer can)"
+    return f"after superstep {meta.step}, before the next one starts"
 
 
 async def _start(db: Path, checkpoint_id: str, ticket: str) -> int:

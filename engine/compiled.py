@@ -261,7 +261,8 @@ class CompiledGraph:
         """A Mermaid flowchart of the graph: edges solid, branch routes dotted and labelled."""
         from .mermaid import render
 
-        return render(self)
+        return render({k: n.subgraph is not None for k, n in self.nodes.items()}, self._edges,
+                      ((b.source, b.ends) for b in self._branches))
 
 
 def interrupt_info(pos: RunPosition, address: str) -> InterruptInfo:

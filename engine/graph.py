@@ -175,6 +175,14 @@ class Graph:
             max_steps=max_steps, trigger=trigger, serializer=serializer, lease_seconds=lease_seconds,
         )
 
+    def to_mermaid(self) -> str:
+        """A Mermaid flowchart of the graph as built so far (no checks; it does not freeze the graph)."""
+        from .compiled import CompiledGraph
+        from .mermaid import render
+
+        return render({k: isinstance(s.runnable, (Graph, CompiledGraph)) for k, s in self.nodes.items()},
+                      self.edges, ((b.source, b.ends) for b in self.branches))
+
     def _check_open(self, what: str) -> None:
         if self._frozen:
             raise GraphBuildError(

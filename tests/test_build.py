@@ -227,9 +227,15 @@ def test_mermaid_shows_nodes_edges_and_branches():
     g.add_edge(START, "classify")
     g.add_branch("classify", lambda x: "yes", ends={"yes": "answer", "no": END})
     g.add_edge("answer", END)
+    draft = g.to_mermaid()  # the builder draws too, and does not freeze the graph
+    g.add_node("audit", ident)
+    g.add_edge("answer", "audit")
+    g.add_edge("audit", END)
     text = g.compile().to_mermaid()
-    assert text.startswith("flowchart TD\n")
-    assert "n0[classify]" in text and "n1[answer]" in text
-    assert "__start__ --> n0" in text
-    assert 'n0 -. "yes" .-> n1' in text and 'n0 -. "no" .-> __end__' in text
-    assert "n1 --> __end__" in text
+    for picture in (draft, text):
+        assert picture.startswith("flowchart TD\n")
+        assert "n0[classify]" in picture and "n1[answer]" in picture
+        assert "__start__ --> n0" in picture
+        assert 'n0 -. "yes" .-> n1' in picture and 'n0 -. "no" .-> __end__' in picture
+        assert "n1 --> __end__" in picture
+    assert "audit" not in draft and "n2[audit]" in text and "n1 --> n2" in text

@@ -1,4 +1,5 @@
-"""The code in README.md runs and prints what its comments say."""
+"""The code in README.md and docs/ runs and prints what its comments say (```python blocks;
+illustrative fragments are marked ```py and are not run)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BLOCKS = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCKS = [(doc.name, code) for doc in DOCS for code in re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)]
 
 
-@pytest.mark.parametrize("code", BLOCKS, ids=[f"readme-block-{i}" for i in range(len(BLOCKS))])
-def test_readme_block_runs_and_prints_what_it_says(code, tmp_path):
+@pytest.mark.parametrize("code", [c for _, c in BLOCKS], ids=[f"{name}-{i}" for i, (name, _) in enumerate(BLOCKS)])
+def test_doc_block_runs_and_prints_what_it_says(code, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     promised = [m.strip() for m in re.findall(r"print\(.*\)\s+# (.*)", code)]

@@ -117,8 +117,8 @@ class Run:
         """Run to END and return the output; raises `RunInterrupted` when tasks paused."""
         pos = self.pos
         if START in pos.pending:
-            value = pos.pending.pop(START)
-            targets = await self._route(self.graph.start, value)
+            value = pos.pending[START]
+            targets = await self._route(self.graph.start, value)  # may fail: START stays pending
             self._apply(_Done(self.graph.start, value, targets))
             self._advance()
         if self.graph.trigger == "all":

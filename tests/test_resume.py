@@ -19,6 +19,7 @@ from waypoint.engine import (
     Graph,
     GraphInterrupted,
     GraphMismatch,
+    NodeError,
     Interrupt,
     StatefulInterrupt,
     UnknownInterrupt,
@@ -360,3 +361,34 @@ async def test_a_completed_run_is_not_resumed_by_accident():
     with pytest.raises(CheckpointError, match="nothing to resume"):
         await app.ainvoke(None, checkpoint_id="d", resume=True)
     assert await app.ainvoke(None, checkpoint_id="d", force_new_run=True) is None
+
+
+async def test_a_failed_run_resumes_from_its_last_good_step():
+    attempts = Counter()
+
+    def route(x):
+        attempts["route"] += 1
+        if attempts["route"] == 1:
+            raise ConnectionError("router service down")
+        return "work"
+
+    def flaky(x):
+        attempts["work"] += 1
+        if attempts["work"] == 1:
+            raise TimeoutError("try later")
+        return x * 2
+
+    g = Graph(name="retry-later")
+    g.add_node("work", flaky)
+    g.add_branch(START, route, ends=["work"])
+    g.add_edge("work", END)
+    store = MemoryStore()
+    app = g.compile(store=store)
+    with pytest.raises(NodeError):
+        await app.ainvoke(21, checkpoint_id="f")  # the START branch fails: the input is kept
+    assert (await store.history("f"))[0].status == "failed"
+    with pytest.raises(NodeError):
+        await app.ainvoke(None, checkpoint_id="f")  # routed now; the node fails
+    assert (await app.get_run("f")).pending == ("work",)
+    assert await app.ainvoke(None, checkpoint_id="f") == 42
+    assert attempts == Counter(route=2, work=2)

@@ -40,6 +40,26 @@ def wait_for_line(journal: Path, line: str, timeout=20.0):
     raise AssertionError(f"{line!r} never appeared in the journal: {journal.read_text() if journal.exists() else ''}")
 
 
+def wait_until(condition, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+def newest_version(db: Path, checkpoint_id: str) -> int:
+    import sqlite3
+
+    try:
+        with sqlite3.connect(db, timeout=5) as conn:
+            row = conn.execute("SELECT MAX(version) FROM waypoint_checkpoints WHERE checkpoint_id = ?",
+                               (checkpoint_id,)).fetchone()
+    except sqlite3.OperationalError:  # the file or its schema is not there yet
+        return 0
+    return row[0] or 0
+
+
 def starts(journal: Path) -> Counter:
     """How many times each node started (every journal line but '<node> done <pid>')."""
     return Counter(l.split()[0] for l in journal.read_text().splitlines() if l.split()[1] != "done")
@@ -91,7 +111,7 @@ def test_dag_task_finished_before_the_crash_is_not_rerun(tmp_path):
     db, journal = tmp_path / "runs.db", tmp_path / "journal"
     proc = start(db, "fan", "fanout", "--trigger", "all", "--sleep-at", "slow", journal=journal)
     wait_for_line(journal, "fast done")
-    time.sleep(0.2)  # the fast task's checkpoint commits right after it finishes
+    wait_until(lambda: newest_version(db, "fan") >= 2)  # the claim, then the commit after 'fast'
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
     code, out, err = run(db, "fan", "fanout", "--trigger", "all", "--continue-run", "--takeover",
@@ -108,7 +128,7 @@ def test_two_processes_resume_the_same_paused_run_exactly_one_proceeds(tmp_path)
     (iid,) = json.loads(out)["interrupt"]
     rivals = [start(db, "race", "approval", "--resume", json.dumps({iid: f"p{i}"}), "--barrier", str(barrier),
                     journal=journal) for i in range(2)]
-    time.sleep(0.5)  # both processes are up and spinning on the barrier
+    wait_until(lambda: len(list(tmp_path.glob("go.ready.*"))) == 2)  # both up and spinning on the barrier
     barrier.touch()
     results = [finish(p) for p in rivals]
     codes = sorted(code for code, _, _ in results)

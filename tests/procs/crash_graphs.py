@@ -77,7 +77,7 @@ def build(args) -> Graph:
                 raise Interrupt({"question": "ship it?"})
             journal(args, f"approve {data}")
             if args.barrier:  # stay inside the node long enough for a rival to try
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(1.5)
             return x + [f"approved={data}"]
 
         g.add_node("approve", approve)
@@ -110,7 +110,8 @@ def approval(args, name: str):
 async def main(args) -> int:
     store = SQLiteStore(args.db)
     app = build(args).compile(store=store, trigger=args.trigger, lease_seconds=args.lease)
-    if args.barrier:  # start together with a rival process
+    if args.barrier:  # start together with a rival process: say we are ready, wait for the go
+        open(f"{args.barrier}.ready.{os.getpid()}", "w").close()
         while not os.path.exists(args.barrier):
             time.sleep(0.001)
     initial = None if args.resume is not None or args.continue_run else ({} if args.mode in ("fanout", "parallel") else [])

@@ -88,7 +88,15 @@ class Graph:
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
     ) -> Graph:
-        """Add `node` under `key`: a function, async function, async generator, Lambda, component or Graph."""
+        """Add `node` under `key`: a function, async function, async generator, `Lambda`, component
+        (an object with `ainvoke` / `astream`), or a subgraph — a `Graph` (compiled with default options)
+        or a `CompiledGraph` (its trigger, max_steps and static interrupts apply; its store is not used:
+        a subgraph's position is saved inside its parent's checkpoint).
+
+        A node that declares a `state` parameter gets the run-local state; `pre(input, state)` and
+        `post(output, state)` run around it; `input_key` / `output_key` unwrap and wrap dicts;
+        `retry` and `timeout` (seconds, per attempt) apply to the node call.
+        """
         self._check_open(f"add_node({key!r})")
         if key in (START, END):
             raise GraphBuildError(f"graph '{self.name}': '{key}' is reserved (START/END); choose another node key")

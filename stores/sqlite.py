@@ -3,10 +3,12 @@
 Every operation runs as one transaction (`BEGIN IMMEDIATE` for writes, so two processes never
 interleave a compare-and-set). An operation that finds the database free runs at once on the calling
 thread: on this hardware a thread round trip costs more (~100 µs) than a commit (~60 µs), and a
-per-step checkpoint is paid at every step. That connection never waits (busy timeout 0) and never
-checkpoints the WAL itself. Whatever would wait — another process holds the lock, the file or its
-schema must be created — goes to a worker thread with its own connection and the real busy timeout,
-so the event loop never waits on a lock; the worker also checkpoints the WAL.
+per-step checkpoint is paid at every step. That connection never waits for a lock (busy timeout 0).
+Whatever would wait — another process holds the lock, the file or its schema must be created — goes
+to a worker thread with its own connection and the real busy timeout, so the event loop never waits
+on a lock. The WAL is kept short by SQLite's own auto-checkpoint on the committing connection (after
+a commit that grows it past ~1000 pages: a few milliseconds, a few times per thousand steps); a
+checkpoint run from another thread could not keep up with a tight loop of commits (measured).
 Settings: WAL journal (readers never block the writer), `synchronous=NORMAL` (a commit is durable
 against a crash of the process, and against power loss once the WAL is checkpointed — the last
 commits before a power cut may be lost, never corrupted; pass `synchronous="FULL"` to fsync every
@@ -32,6 +34,9 @@ from ._common import Expiry
 __all__ = ["SQLiteStore"]
 
 T = TypeVar("T")
+
+
+_WAL_LIMIT = 16 * 1024 * 1024  # a WAL larger than this is truncated when it starts over
 
 
 def _is_busy(err: sqlite3.OperationalError) -> bool:
@@ -76,7 +81,6 @@ class SQLiteStore(_sql.SQLStoreMethods):
         self._lock = threading.Lock()
         self._inline: _Conn | None = None
         self._inline_lock = threading.Lock()
-        self._inline_writes = 0
         self._needs_migration = False  # the worker opens (and migrates) first; then inline is tried again
 
     def __repr__(self) -> str:
@@ -86,12 +90,9 @@ class SQLiteStore(_sql.SQLStoreMethods):
 
     async def _call(self, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
         done, result = self._try_inline(fn, args, write)
-        loop = asyncio.get_running_loop()
         if done:
-            if write and self._inline_writes % 500 == 0:  # keep the WAL short, off the event loop
-                loop.run_in_executor(self._worker(), self._checkpoint_wal)
             return result
-        return await loop.run_in_executor(self._worker(), self._transaction, fn, args, write)
+        return await asyncio.get_running_loop().run_in_executor(self._worker(), self._transaction, fn, args, write)
 
     def _worker(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -122,8 +123,6 @@ class SQLiteStore(_sql.SQLStoreMethods):
                     raw.rollback()
                 raise
             raw.commit()
-            if write:
-                self._inline_writes += 1
             return True, result
         finally:
             self._inline_lock.release()
@@ -135,7 +134,7 @@ class SQLiteStore(_sql.SQLStoreMethods):
         raw = sqlite3.connect(self.path, timeout=0, isolation_level=None, check_same_thread=False)
         try:
             raw.execute(f"PRAGMA synchronous={self.synchronous}")
-            raw.execute("PRAGMA wal_autocheckpoint=0")
+            raw.execute(f"PRAGMA journal_size_limit={_WAL_LIMIT}")
             found = raw.execute("SELECT version FROM waypoint_schema").fetchall()
             wal = raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         except sqlite3.DatabaseError:  # no schema yet, locked, or not a database: the worker says which
@@ -148,10 +147,6 @@ class SQLiteStore(_sql.SQLStoreMethods):
             return None
         self._inline = _Conn(raw)
         return self._inline
-
-    def _checkpoint_wal(self) -> None:
-        if self._conn is not None:
-            self._conn.raw.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def _transaction(self, fn: Callable[..., T], args: tuple, write: bool) -> T:
         conn = self._conn or self._open()
@@ -172,6 +167,7 @@ class SQLiteStore(_sql.SQLStoreMethods):
             raw = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
             raw.execute("PRAGMA journal_mode=WAL")
             raw.execute(f"PRAGMA synchronous={self.synchronous}")
+            raw.execute(f"PRAGMA journal_size_limit={_WAL_LIMIT}")
             conn = _Conn(raw)
             raw.execute("BEGIN IMMEDIATE")
             try:

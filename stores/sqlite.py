@@ -122,7 +122,12 @@ class SQLiteStore(_sql.SQLStoreMethods):
                 if raw.in_transaction:
                     raw.rollback()
                 raise
-            raw.commit()
+            try:
+                raw.commit()
+            except BaseException:
+                if raw.in_transaction:
+                    raw.rollback()
+                raise
             return True, result
         finally:
             self._inline_lock.release()
@@ -186,19 +191,18 @@ class SQLiteStore(_sql.SQLStoreMethods):
         return conn
 
     async def close(self) -> None:
-        """Close the connection and stop the worker thread; the store reopens on next use."""
-        with self._lock:
-            executor, self._executor = self._executor, None
-        if executor is None:
-            return
-        await asyncio.get_running_loop().run_in_executor(executor, self._close_conn)
-        executor.shutdown(wait=True)
-
-    def _close_conn(self) -> None:
-        if self._conn is not None:
-            self._conn.raw.close()
-            self._conn = None
+        """Close the connections and stop the worker thread; the store reopens on next use."""
         with self._inline_lock:
             if self._inline is not None:
                 self._inline.raw.close()
                 self._inline = None
+        with self._lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            await asyncio.get_running_loop().run_in_executor(executor, self._close_worker_conn)
+            executor.shutdown(wait=True)
+
+    def _close_worker_conn(self) -> None:
+        if self._conn is not None:
+            self._conn.raw.close()
+            self._conn = None

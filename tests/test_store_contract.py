@@ -182,3 +182,20 @@ async def test_sqlite_wal_does_not_grow_without_bound(tmp_path):
     assert os.path.getsize(f"{path}-wal") < 20 * 1024 * 1024
     assert (await store.get("run-1")).meta.version == 1500
     await store.close()
+
+
+async def test_sqlite_close_releases_every_connection_and_reopens(tmp_path):
+    import gc
+    import os
+
+    path = tmp_path / "close.db"
+    first = SQLiteStore(path)
+    await first.put(meta(), b"h", {}, [], expected_version=None)  # creates the file (on the worker)
+    await first.close()
+    store = SQLiteStore(path)
+    await store.put(meta(version=2), b"h", {}, [], expected_version=1)  # inline only: no worker started
+    await store.close()
+    gc.collect()
+    assert not os.path.exists(f"{path}-wal")  # the last connection closed (and checkpointed)
+    assert (await store.get("run-1")).meta.version == 2  # and the store opens again on use
+    await store.close()

@@ -103,6 +103,10 @@ class Run:
         self.resumed = resumed_records(pos)
         self.released = set(pos.paused_before)  # a static pause is passed once resumed
         pos.paused_before, pos.paused_after = [], []
+        if not self.streaming:  # paused while streaming, resumed with ainvoke: nodes get values
+            pos.pending = {k: to_value(v, where=f"node '{k}'") for k, v in pos.pending.items()}
+            pos.inbox = {k: {src: to_value(v, where=f"node '{src}'") for src, v in values.items()}
+                         for k, values in pos.inbox.items()}
 
     @property
     def state(self) -> Any:
@@ -283,7 +287,7 @@ class Run:
                     continue
                 value = self._merge(succ, pos.inbox.pop(succ))
                 if succ == END:
-                    pos.output, pos.done = value, True
+                    pos.output, pos.done = self._final(value), True
                 else:
                     pos.pending[succ] = value
 
@@ -294,11 +298,15 @@ class Run:
             return
         inbox = pos.inbox
         if END in inbox:
-            pos.output, pos.done = self._merge(END, inbox.pop(END)), True
+            pos.output, pos.done = self._final(self._merge(END, inbox.pop(END))), True
             pos.inbox, pos.pending = {}, {}
             return
         pos.pending = {node: self._merge(node, values) for node, values in inbox.items()}
         pos.inbox = {}
+
+    def _final(self, value: Any) -> Any:
+        """The run's output: a subgraph hands its parent the stream itself, the root run a value."""
+        return value if self.path else to_value(value, where=f"the output of graph '{self.graph.name}'")
 
     def _merge(self, node: str, values: dict[str, Any]) -> Any:
         if len(values) == 1:

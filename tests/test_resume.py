@@ -392,3 +392,34 @@ async def test_a_failed_run_resumes_from_its_last_good_step():
     assert (await app.get_run("f")).pending == ("work",)
     assert await app.ainvoke(None, checkpoint_id="f") == 42
     assert attempts == Counter(route=2, work=2)
+
+
+async def test_a_run_paused_while_streaming_resumes_with_ainvoke_and_vice_versa():
+    async def words(text):
+        for w in text.split():
+            yield w + " "
+
+    seen = []
+
+    def review(text):
+        seen.append(type(text).__name__)
+        if not get_resume_context()[0]:
+            raise Interrupt("?")
+        return text.strip().upper()
+
+    g = Graph(name="modes")
+    g.add_node("words", words)
+    g.add_node("review", review)
+    g.add_edge(START, "words")
+    g.add_edge("words", "review")
+    g.add_edge("review", END)
+    app = g.compile(store=MemoryStore())
+    with pytest.raises(GraphInterrupted):
+        async for _ in app.astream("a b", checkpoint_id="m"):
+            pass
+    assert await app.ainvoke(None, checkpoint_id="m", resume=True) == "A B"
+    with pytest.raises(GraphInterrupted):
+        await app.ainvoke("c d", checkpoint_id="m")
+    assert [c async for c in app.astream(None, checkpoint_id="m", resume=True)] == ["C D"]
+    assert seen == ["str"] * 4  # a value node always gets a value, whichever mode paused the run
+    assert (await app.get_run("m")).output == "C D"  # a streamed run stores its output as a value

@@ -144,3 +144,17 @@ async def test_early_exit_from_astream_cancels_the_run():
     await agen.aclose()
     await asyncio.sleep(0.01)
     assert finished == [True]
+
+
+async def test_a_subgraph_at_the_end_streams_its_chunks_to_the_caller():
+    inner = Graph(name="inner")
+    inner.add_node("w", words)
+    inner.add_edge(START, "w")
+    inner.add_edge("w", END)
+    outer = Graph(name="outer")
+    outer.add_node("sub", inner)
+    outer.add_edge(START, "sub")
+    outer.add_edge("sub", END)
+    app = outer.compile()
+    assert [c async for c in app.astream("x y z")] == ["x ", "y ", "z "]
+    assert await app.ainvoke("x y") == "x y "

@@ -199,3 +199,14 @@ async def test_sqlite_close_releases_every_connection_and_reopens(tmp_path):
     assert not os.path.exists(f"{path}-wal")  # the last connection closed (and checkpointed)
     assert (await store.get("run-1")).meta.version == 2  # and the store opens again on use
     await store.close()
+
+
+def test_sqlstore_survives_sync_invoke_on_fresh_event_loops(tmp_path):
+    from waypoint.engine import END, START, Graph
+
+    g = Graph(name="loops")
+    g.add_node("a", lambda x: x + 1)
+    g.add_edge(START, "a")
+    g.add_edge("a", END)
+    app = g.compile(store=SQLStore(f"sqlite+aiosqlite:///{tmp_path / 'loops.db'}"))
+    assert [app.invoke(i, checkpoint_id=f"r{i}") for i in range(3)] == [1, 2, 3]  # three loops, one store

@@ -82,40 +82,47 @@ def _summary(samples_ns: list[int], divisor: int) -> dict[str, Any]:
     return {"per_unit_us": med / divisor / 1000, "per_invoke_ms": med / 1e6, "reps": len(samples_ns)}
 
 
+class _Samples(list):
+    """Timings of one target, with the stop rule both loops share (at least min_reps, then until the
+    time budget or max_reps runs out)."""
+
+    def __init__(self, budget: Budget) -> None:
+        super().__init__()
+        self.budget = budget
+        self.deadline = time.perf_counter() + budget.seconds
+
+    def more(self) -> bool:
+        b = self.budget
+        return len(self) < b.min_reps or (time.perf_counter() < self.deadline and len(self) < b.max_reps)
+
+
+def _checked(target: Target, res: Any) -> None:
+    if target.check:
+        target.check(res)
+
+
 def _measure_sync(target: Target, budget: Budget) -> list[int]:
-    res = target.call(0)  # warm-up
-    if target.check:
-        target.check(res)
+    _checked(target, target.call(0))  # warm-up
     gc.collect()
-    samples: list[int] = []
-    deadline = time.perf_counter() + budget.seconds
-    i = 1
-    while len(samples) < budget.min_reps or (time.perf_counter() < deadline and len(samples) < budget.max_reps):
+    samples, res = _Samples(budget), None
+    while samples.more():  # the sync call is timed bare: no coroutine around it
         t0 = time.perf_counter_ns()
-        res = target.call(i)
+        res = target.call(len(samples) + 1)
         samples.append(time.perf_counter_ns() - t0)
-        i += 1
-    if target.check:
-        target.check(res)
-    return samples
+    _checked(target, res)
+    return list(samples)
 
 
 async def _measure_async(target: Target, budget: Budget) -> list[int]:
-    res = await target.call(0)  # warm-up
-    if target.check:
-        target.check(res)
+    _checked(target, await target.call(0))  # warm-up
     gc.collect()
-    samples: list[int] = []
-    deadline = time.perf_counter() + budget.seconds
-    i = 1
-    while len(samples) < budget.min_reps or (time.perf_counter() < deadline and len(samples) < budget.max_reps):
+    samples, res = _Samples(budget), None
+    while samples.more():
         t0 = time.perf_counter_ns()
-        res = await target.call(i)
+        res = await target.call(len(samples) + 1)
         samples.append(time.perf_counter_ns() - t0)
-        i += 1
-    if target.check:
-        target.check(res)
-    return samples
+    _checked(target, res)
+    return list(samples)
 
 
 async def _maybe_await(x: Any) -> Any:

@@ -104,6 +104,8 @@ class Checkpointer:
     _known: set[str] = field(default_factory=set)
     _last: tuple[int, bytes, dict[str, str]] | None = None
     _graph_part: str | None = None
+    origin: str | None = None
+    """Written into the next version's meta (then cleared): the `id@version` a fork or time travel left."""
 
     def __post_init__(self) -> None:
         self.fingerprint = fingerprint(self.graph_structure)
@@ -148,9 +150,10 @@ class Checkpointer:
             checkpoint_id=self.checkpoint_id, version=(self.version or 0) + 1, status=status,
             step=step, fingerprint=self.fingerprint, created_at=self.created_at or now, updated_at=now,
             lease_owner=self.owner if running else None,
-            lease_expires=now + self.lease_seconds if running else None, error=error,
+            lease_expires=now + self.lease_seconds if running else None, error=error, origin=self.origin,
         )
         await self.store.put(meta, header, parts, blobs, expected_version=self.version)
+        self.origin = None
         self.version = meta.version
         self.created_at = meta.created_at
         self._known.update(b.hash for b in blobs)
@@ -195,6 +198,17 @@ class Checkpointer:
             blobs.append(Blob(hash=digest, data=data, parent=parent))
         self._cache[name] = _PartCache(head=digest, raw=raw, count=len(items))
         return digest
+
+    def snapshot(self, pos: RunPosition) -> bytes:
+        """The position as one encoded value, kept in memory (a failure in a non-step mode stores it)."""
+        return self.serializer.encode_value({"run": _position_to_plain(pos), "state": pos.state},
+                                            root=f"checkpoint '{self.checkpoint_id}'")
+
+    def from_snapshot(self, data: bytes) -> RunPosition:
+        plain = self.serializer.decode_value(data)
+        pos = _position_from_plain(plain["run"])
+        pos.state = plain["state"]
+        return pos
 
     # --- reading -------------------------------------------------------------------------------------
 
@@ -291,7 +305,8 @@ def _position_to_plain(pos: RunPosition) -> dict[str, Any]:
     return {
         "step": pos.step, "pending": pos.pending, "inbox": pos.inbox, "skipped": pos.skipped,
         "interrupts": {k: _record_to_plain(r) for k, r in pos.interrupts.items()},
-        "before": pos.paused_before, "after": pos.paused_after, "done": pos.done, "output": pos.output,
+        "before": pos.paused_before, "after": pos.paused_after, "released": pos.released, "done": pos.done,
+        "output": pos.output,
     }
 
 
@@ -307,8 +322,8 @@ def _position_from_plain(d: dict[str, Any]) -> RunPosition:
     return RunPosition(
         step=d["step"], pending=d["pending"], inbox=d["inbox"], skipped=d["skipped"],
         interrupts={k: _record_from_plain(v) for k, v in d["interrupts"].items()},
-        paused_before=d["before"], paused_after=d["after"], done=d["done"], output=d["output"],
-        state=d.get("state"),
+        paused_before=d["before"], paused_after=d["after"], released=d.get("released", []), done=d["done"],
+        output=d["output"], state=d.get("state"),
     )
 
 

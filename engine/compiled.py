@@ -7,6 +7,7 @@ the output as chunks while nodes run in stream mode, and `aevents` yields node-l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,8 @@ from .events import Emitter, Event
 from .graph import END, START
 from .interrupts import InterruptCtx, InterruptInfo, interrupt_id
 from .nodes import NodeRunnable, _Fn, as_runnable
-from .position import InterruptRecord, RunPosition
+from .position import RunPosition
+from .resume import static_pauses
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -144,6 +146,11 @@ class CompiledGraph:
                 runnable = as_runnable(spec.key, obj)
             except TypeError as err:
                 raise GraphBuildError(f"graph '{g.name}': {err}") from None
+        if sub is not None and spec.retry is not None:
+            raise GraphBuildError(
+                f"graph '{g.name}': subgraph node '{spec.key}' cannot take retry= (a retried subgraph would run "
+                "again from its start, repeating what its finished nodes did); set retry= on its nodes instead"
+            )
         node = self._make_node(spec.key, runnable, sub, g)
         node.pre = _Fn(spec.pre) if spec.pre else None
         node.post = _Fn(spec.post) if spec.post else None
@@ -192,11 +199,14 @@ class CompiledGraph:
     async def astream(self, input: Any, *, callbacks: Sequence[Any] = (), **options: Any) -> AsyncIterator[Any]:
         """Run every node in stream mode and yield the output chunks that reach END, as they come.
 
-        Takes the options of `ainvoke`; ends by raising what the run raised."""
+        Takes the options of `ainvoke`; ends by raising what the run raised. Closing the stream
+        (`aclose()`, or leaving the loop early and dropping it) cancels the run at once; with a store
+        it is saved as cancelled at its last finished step."""
         queue: asyncio.Queue[Any] = asyncio.Queue()
         run = self._run(input, options, emitter=Emitter(callbacks), streaming=True, sink=queue.put_nowait)
-        async for item in _drain(run, queue):
-            yield item
+        async with contextlib.aclosing(_drain(run, queue)) as items:  # closing this stream cancels the run now
+            async for item in items:
+                yield item
 
     async def aevents(self, input: Any, *, callbacks: Sequence[Any] = (), streaming: bool = True,
                       **options: Any) -> AsyncIterator[Event]:
@@ -205,8 +215,9 @@ class CompiledGraph:
         queue: asyncio.Queue[Any] = asyncio.Queue()
         run = self._run(input, options, emitter=Emitter(callbacks, sink=queue.put_nowait),
                         streaming=streaming, sink=None)
-        async for item in _drain(run, queue):
-            yield item
+        async with contextlib.aclosing(_drain(run, queue)) as items:
+            async for item in items:
+                yield item
 
     async def _run(self, input: Any, options: dict[str, Any], *, emitter: Emitter, streaming: bool,
                    sink: Callable[[Any], None] | None) -> Any:
@@ -266,26 +277,36 @@ class CompiledGraph:
 
 
 def interrupt_info(pos: RunPosition, address: str) -> InterruptInfo:
-    """The caller's view of a paused run: every root-cause interrupt, nested runs included."""
-    contexts: list[InterruptCtx] = []
+    """The caller's view of a paused run: every root-cause interrupt, nested runs included.
 
-    def walk(records: dict[str, InterruptRecord], parent: InterruptCtx | None) -> None:
-        for record in records.values():
+    Static pauses (`interrupt_before` / `interrupt_after`) are listed too, at `<node>;pause:before`
+    (or `after`), and their nodes by path (`sub/b` inside subgraph node `sub`) in `before_nodes` /
+    `after_nodes`.
+    """
+    contexts: list[InterruptCtx] = []
+    static: dict[str, list[str]] = {"before": [], "after": []}
+
+    def walk(pos: RunPosition, address: str, prefix: tuple[str, ...]) -> None:
+        for key, record in pos.interrupts.items():
             if record.child is not None:
-                walk(record.child.interrupts, parent)
+                walk(record.child, record.address, (*prefix, key))
                 continue
             ctx = InterruptCtx(id=interrupt_id(record.address), address=record.address, info=record.info,
-                               is_root_cause=not record.subs, parent=parent)
+                               is_root_cause=not record.subs, parent=None)
             if record.subs:
                 for sub in record.subs:
                     contexts.append(InterruptCtx(id=interrupt_id(sub.address), address=sub.address,
                                                  info=sub.info, is_root_cause=True, parent=ctx))
             else:
                 contexts.append(ctx)
+        for point, key, when in static_pauses(pos, address):
+            node = "/".join((*prefix, key))
+            static[when].append(node)
+            contexts.append(InterruptCtx(id=interrupt_id(point), address=point, info={"pause": when, "node": node}))
 
-    walk(pos.interrupts, None)
-    return InterruptInfo(contexts=tuple(contexts), before_nodes=tuple(pos.paused_before),
-                         after_nodes=tuple(pos.paused_after))
+    walk(pos, address, ())
+    return InterruptInfo(contexts=tuple(contexts), before_nodes=tuple(static["before"]),
+                         after_nodes=tuple(static["after"]))
 
 
 async def _drain(run: Any, queue: asyncio.Queue[Any]) -> AsyncIterator[Any]:
@@ -323,4 +344,5 @@ def run_sync(make: Callable[[], Any], *, what: str) -> Any:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(make())
-    raise WaypointError(f"{what} was called inside a running event loop; use 'await' on the async form instead")
+    raise WaypointError(f"{what} was called inside a running event loop; use its async form there "
+                        "(await graph.ainvoke(...) instead of graph.invoke(...))")

@@ -1,7 +1,7 @@
 """Node-level events of a run, delivered to callback handlers and to `aevents()`.
 
 A callback handler is any object with some of `on_start`, `on_end`, `on_error`, `on_chunk`,
-`on_interrupt`, `on_checkpoint` (plain or `async def`), each taking one `Event`. Handlers run
+`on_retry`, `on_interrupt`, `on_checkpoint` (plain or `async def`), each taking one `Event`. Handlers run
 in the run's task, in order; an exception in a handler fails the run (a tracer that breaks
 should be noticed, not hidden).
 """
@@ -15,13 +15,14 @@ from typing import Any, Literal
 
 __all__ = ["Event", "EventKind"]
 
-EventKind = Literal["start", "chunk", "end", "error", "interrupt", "checkpoint"]
+EventKind = Literal["start", "chunk", "end", "error", "retry", "interrupt", "checkpoint"]
 
 _HOOK = {
     "start": "on_start",
     "chunk": "on_chunk",
     "end": "on_end",
     "error": "on_error",
+    "retry": "on_retry",
     "interrupt": "on_interrupt",
     "checkpoint": "on_checkpoint",
 }
@@ -32,7 +33,8 @@ class Event:
     """One thing that happened in a run.
 
     `node_path` is the path of node keys from the root graph (empty for run-level events);
-    `data` is the node input (start), output (end), chunk (chunk), exception (error),
+    `data` is the node input (start), output (end), chunk (chunk), exception (error; and retry: the
+    exception of an attempt that will be retried — the chunks that attempt produced are void),
     `InterruptInfo` (interrupt) or the checkpoint version (checkpoint).
     """
 

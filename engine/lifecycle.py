@@ -11,6 +11,10 @@ The rules (DESIGN §3.5, docs/resume.md):
    compare-and-set — before any node runs; of two concurrent resumers exactly one succeeds.
 6. `durability="step"` writes after every superstep / DAG task; `"interrupt"` only on a pause;
    `"exit"` on a pause, a failure and completion. A cancelled run is saved as `interrupted`.
+7. A failed or cancelled run is stored at its last finished step, state included (never with the
+   changes of the step that failed), so a resume re-runs that step once.
+8. The lease is renewed from a thread (engine/lease.py); a run that lost it stops before its next step.
+   A run deleted or expired while it runs stays deleted: its next write is `CheckpointNotFound`.
 """
 
 from __future__ import annotations
@@ -27,13 +31,13 @@ from .errors import (
     CheckpointNotFound,
     GraphInterrupted,
     GraphMismatch,
-    SerializationError,
     UnknownInterrupt,
     WaypointError,
 )
 from .events import Emitter, Event
-from .resume import ResumeRequest, pending_interrupt_ids
 from .graph import END, START
+from .lease import LeaseKeeper
+from .resume import ResumeRequest, awaits_answer, pending_interrupt_ids
 from .runner import Run, RunInterrupted
 
 if TYPE_CHECKING:
@@ -65,6 +69,7 @@ async def run_graph(graph: CompiledGraph, input: Any, opts: RunOptions, *, emitt
     """Run `graph` on `input` (or resume it) under `opts`; returns the output or raises."""
     request = ResumeRequest.parse(opts.resume)
     run = Run(graph, emitter=emitter, streaming=streaming, sink=sink, max_steps=opts.max_steps)
+    _check_ids(graph, opts)
     if graph.store is None or opts.checkpoint_id is None:
         _refuse_without_store(graph, opts, request)
         run.start(input)
@@ -76,6 +81,12 @@ async def run_graph(graph: CompiledGraph, input: Any, opts: RunOptions, *, emitt
     session = _Session(graph, opts, emitter)
     await session.prepare(run, input, request)
     return await session.execute(run)
+
+
+def _check_ids(graph: CompiledGraph, opts: RunOptions) -> None:
+    for name, value in (("checkpoint_id", opts.checkpoint_id), ("write_to", opts.write_to)):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise WaypointError(f"graph '{graph.name}': {name}={value!r} must be a non-empty string")
 
 
 def _refuse_without_store(graph: CompiledGraph, opts: RunOptions, request: ResumeRequest | None) -> None:
@@ -125,57 +136,59 @@ class _Session:
             graph_structure=graph.structure, lease_seconds=graph.lease_seconds,
         )
         self.last_status: str | None = None
-        self._renewer: asyncio.Task | None = None
+        self.lease: LeaseKeeper | None = None
+        self.snapshot: bytes | None = None  # durability != "step": the last finished step, encoded
 
     # --- start or resume ---------------------------------------------------------------------------
 
     async def prepare(self, run: Run, input: Any, request: ResumeRequest | None) -> None:
         """Decide new run vs resume, check everything, and claim the run when resuming."""
-        opts, cp = self.opts, self.cp
+        opts = self.opts
         loaded = await self._load_source()
-        newest = None
-        if self.target != self.source or opts.version is not None:
-            found = await self.graph.store.history(self.target, limit=1)
-            newest = found[0] if found else None
-            cp.version = newest.version if newest is not None else None
-        head = newest if newest is not None else (loaded.meta if loaded else None)
+        head = await self._target_head(loaded)
         if head is not None:
             self._check_lease(head)
-        if loaded is not None and loaded.meta.status == "completed" and opts.version is None \
-                and input is None and request is None and not opts.force_new_run:
-            raise CheckpointError(
-                f"run '{self.source}' has completed; pass an input to start a new run on this ID "
-                "(or force_new_run=True to start one with input None)"
-            )
         if loaded is None or (loaded.meta.status == "completed" and opts.version is None and not request):
-            if request is not None:
-                raise CheckpointNotFound(
-                    f"run '{self.source}' has no paused checkpoint to resume (it does not exist); "
-                    "start it with an input instead of resume="
-                )
-            run.start(input)
-            if loaded is not None:  # a completed run: a new run on the same ID, old versions kept
-                cp.created_at = None
-            if self.durability == "step":
-                await self._save(run, "running")
+            self._check_new_run(loaded, input, request)
+            await self._start_new(run, input, fresh=loaded is not None)
             return
-        meta = loaded.meta
         if opts.force_new_run:
-            run.start(input)
-            await self._save(run, "running")
+            await self._start_new(run, input, fresh=True)
             return
         if input is not None:
-            raise CheckpointExists(
-                f"run '{self.source}' is {meta.status} at version {meta.version} (step {meta.step}); "
-                f"resume it with ainvoke(None, checkpoint_id={self.source!r}) or pass force_new_run=True "
-                "to start over on this ID"
-            )
-        if meta.status == "completed" and opts.version is None:
+            raise CheckpointExists(self._paused_message(loaded))
+        if loaded.meta.status == "completed" and opts.version is None:
             raise CheckpointError(f"run '{self.source}' has completed; there is nothing to resume")
         self._check_graph(loaded)
         self._check_resume(loaded, request)
         run.restore(loaded.position, request)
+        if self.source != self.target or opts.version is not None:
+            self.cp.origin = f"{self.source}@{loaded.meta.version}"
         await self._save(run, "running")  # the claim: compare-and-set before any node runs
+
+    async def _start_new(self, run: Run, input: Any, *, fresh: bool) -> None:
+        run.start(input)
+        if fresh:  # a new run on an ID that held one: its own created_at (the old versions stay history)
+            self.cp.created_at = None
+        if self.durability == "step" or self.opts.force_new_run:
+            await self._save(run, "running")
+
+    def _check_new_run(self, loaded: Loaded | None, input: Any, request: ResumeRequest | None) -> None:
+        if request is not None:
+            raise CheckpointNotFound(
+                f"run '{self.source}' has no paused checkpoint to resume (it does not exist); "
+                "start it with an input instead of resume="
+            )
+        if input is None and not self.opts.force_new_run:
+            if loaded is None:
+                raise CheckpointNotFound(
+                    f"run '{self.source}' does not exist, so there is nothing to resume; start it with an "
+                    "input (or pass force_new_run=True to start a run whose input is None)"
+                )
+            raise CheckpointError(
+                f"run '{self.source}' has completed; pass an input to start a new run on this ID "
+                "(or force_new_run=True to start one with input None)"
+            )
 
     async def _load_source(self) -> Loaded | None:
         from .checkpoint import Checkpointer
@@ -191,15 +204,46 @@ class _Session:
             raise CheckpointNotFound(f"run '{self.source}' has no version {self.opts.version}")
         return loaded
 
+    async def _target_head(self, loaded: Loaded | None) -> Any:
+        """The newest version of the run written to; a fork may not overwrite a run that exists."""
+        if self.target == self.source and self.opts.version is None:
+            return loaded.meta if loaded else None
+        found = await self.graph.store.history(self.target, limit=1)
+        newest = found[0] if found else None
+        self.cp.version = newest.version if newest is not None else None
+        if newest is not None and self.target != self.source and not self.opts.force_new_run:
+            raise CheckpointExists(
+                f"write_to={self.target!r} already holds a run ({newest.status} at version {newest.version}); "
+                "fork to another ID, or pass force_new_run=True to write the fork on top of it"
+            )
+        return newest if newest is not None else (loaded.meta if loaded else None)
+
     def _check_lease(self, head: Any) -> None:
         if head.status != "running" or self.opts.takeover:
             return
         if head.lease_expires is not None and head.lease_expires > time.time():
             raise CheckpointConflict(
                 f"run '{head.checkpoint_id}' is running in another process (lease held by "
-                f"{head.lease_owner} until {time.strftime('%H:%M:%S', time.localtime(head.lease_expires))}); "
+                f"{head.lease_owner} until {_clock(head.lease_expires)}); "
                 "wait for it, or pass takeover=True if you know that process is dead"
             )
+
+    def _paused_message(self, loaded: Loaded) -> str:
+        meta, pos = loaded.meta, loaded.position
+        cid = self.source
+        if meta.status == "running":
+            expired = f" at {_clock(meta.lease_expires)}" if meta.lease_expires else ""
+            state = f"was running when its process stopped (its lease expired{expired})"
+        else:
+            state = f"is {meta.status}"
+        where = f"run '{cid}' {state} at version {meta.version} (step {meta.step})"
+        if awaits_answer(pos):
+            ids = pending_interrupt_ids(pos, f"runnable:{self.graph.name}")
+            how = (f"it waits on interrupt(s) {', '.join(ids)}: resume it with ainvoke(None, checkpoint_id={cid!r}, "
+                   f"resume={{{ids[0]!r}: <answer>}})")
+        else:
+            how = f"continue it with ainvoke(None, checkpoint_id={cid!r})"
+        return f"{where}; {how}, or pass force_new_run=True to start over on this ID"
 
     def _check_graph(self, loaded: Loaded) -> None:
         if loaded.meta.fingerprint == self.cp.fingerprint:
@@ -225,7 +269,7 @@ class _Session:
 
     def _check_resume(self, loaded: Loaded, request: ResumeRequest | None) -> None:
         pos = loaded.position
-        pending = pending_interrupt_ids(pos)
+        pending = pending_interrupt_ids(pos, f"runnable:{self.graph.name}")
         if request is not None and request.ids:
             unknown = sorted(request.ids - set(pending))
             if unknown:
@@ -233,7 +277,7 @@ class _Session:
                     f"run '{self.source}': no pending interrupt has ID {', '.join(unknown)}; "
                     f"pending: {', '.join(pending) or 'none'}"
                 )
-        if request is None and pos.interrupts:
+        if request is None and awaits_answer(pos):
             raise UnknownInterrupt(
                 f"run '{self.source}' is paused on interrupts {', '.join(pending)}; say which to resume: "
                 "resume={id: data}, resume=[ids] or resume=True"
@@ -242,9 +286,14 @@ class _Session:
     # --- running and saving ------------------------------------------------------------------------
 
     async def execute(self, run: Run) -> Any:
-        run.checkpoint = self._on_step if self.durability == "step" else None
+        run.checkpoint = self._on_step if self.durability == "step" else self._remember
+        if self.durability != "step":
+            await self._remember(run, "start")
         if self.last_status == "running":
-            self._start_renewer()
+            self.lease = LeaseKeeper(self.cp.store, self.target, self.cp.owner, self.cp.lease_seconds,
+                                     lambda: self.cp.version)
+            self.lease.start()
+            run.before_step = self.lease.check
         try:
             output = await _execute(run, self)
         except GraphInterrupted as paused:
@@ -252,62 +301,57 @@ class _Session:
                 await self._save(run, "interrupted")
             await _announce(self.emitter, paused, run)
             raise
-        except asyncio.CancelledError:  # resumable, with the cause recorded
+        except asyncio.CancelledError:  # resumable from its last finished step, with the cause recorded
             try:
-                await self._save(run, "interrupted", error="cancelled", shield=True)
+                await self._save_stopped("interrupted", "cancelled", shield=True)
             except Exception:  # noqa: S110 - a cancelled task must end cancelled; the run stays resumable
                 pass  # from its last saved step (its lease expires, or takeover=True)
             raise
-        except CheckpointConflict:
+        except (CheckpointConflict, CheckpointNotFound):  # the run is not ours any more: write nothing
             raise
         except Exception as err:
             if self.durability != "interrupt" or self.last_status == "running":
-                await self._save(run, "failed", error=f"{type(err).__name__}: {err}")
+                await self._save_stopped("failed", f"{type(err).__name__}: {err}")
             raise
         finally:
-            self._stop_renewer()
+            if self.lease is not None:
+                self.lease.stop()
         if self.last_status != "completed" and (self.durability != "interrupt" or self.last_status):
             await self._save(run, "completed")
         return output
 
     async def _on_step(self, run: Run, reason: str) -> None:
         # A paused task's siblings may still run: the run is `interrupted` only once it stops.
-        status = "completed" if run.pos.done else "interrupted" if reason == "pause" else "running"
+        status = "interrupted" if reason == "pause" else "completed" if run.pos.done else "running"
         await self._save(run, status)
 
-    async def _save(self, run: Run, status: str, *, error: str | None = None, shield: bool = False) -> None:
-        save = self._save_or_mark(run, status, error)
-        meta = await (_finish_despite_cancel(save) if shield else save)
+    async def _remember(self, run: Run, reason: str) -> None:
+        """durability != "step": keep the finished step in memory, for a failure or a cancel to store."""
+        self.snapshot = self.cp.snapshot(run.pos)
+
+    async def _save(self, run: Run, status: str) -> None:
+        await self._wrote(await self.cp.save(run.pos, status))
+
+    async def _save_stopped(self, status: str, error: str, *, shield: bool = False) -> None:
+        """Store a failed or cancelled run at its last finished step (never with that step's changes)."""
+        if self.durability == "step" or self.snapshot is None:
+            save = self.cp.mark(status, error=error)
+        else:
+            save = self.cp.save(self.cp.from_snapshot(self.snapshot), status, error=error)
+        await self._wrote(await (_finish_despite_cancel(save) if shield else save))
+
+    async def _wrote(self, meta: Any) -> None:
         if meta is None:
             return
-        self.last_status = status
+        self.last_status = meta.status
+        if self.lease is not None:
+            self.lease.wrote(meta.lease_expires)
         if self.emitter.active:
-            await self.emitter.emit(Event("checkpoint", (), meta.version, run.pos.step))
+            await self.emitter.emit(Event("checkpoint", (), meta.version, meta.step))
 
-    async def _save_or_mark(self, run: Run, status: str, error: str | None) -> Any:
-        try:
-            return await self.cp.save(run.pos, status, error=error)
-        except SerializationError:
-            if status != "failed":
-                raise
-            # The position itself cannot be written: record the failure on the last good content.
-            return await self.cp.mark(status, error=error)
 
-    def _start_renewer(self) -> None:
-        async def renew() -> None:
-            interval = max(self.cp.lease_seconds / 3, 0.05)
-            while True:
-                await asyncio.sleep(interval)
-                if self.cp.version is not None:
-                    await self.cp.store.renew_lease(self.target, self.cp.version, self.cp.owner,
-                                                    time.time() + self.cp.lease_seconds)
-
-        self._renewer = asyncio.ensure_future(renew())
-
-    def _stop_renewer(self) -> None:
-        if self._renewer is not None:
-            self._renewer.cancel()
-            self._renewer = None
+def _clock(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
 async def _finish_despite_cancel(coro: Any) -> Any:

@@ -12,6 +12,8 @@ after a step and reading it back in another process is all a resume needs:
 - `state`: the run-local state object; `step`: completed supersteps (Pregel) or tasks (DAG).
 - `interrupts`: `{node: InterruptRecord}` for tasks that paused; their inputs stay in `pending`.
 - `paused_before` / `paused_after`: nodes a static `interrupt_before` / `interrupt_after` stopped at.
+- `released`: nodes whose `interrupt_before` pause a resume has passed; they start without pausing
+  again until they finish (stored, so a crash inside a released node does not ask again).
 - `output` and `done` once the run has reached END.
 """
 
@@ -47,5 +49,6 @@ class RunPosition:
     interrupts: dict[str, InterruptRecord] = field(default_factory=dict)
     paused_before: list[str] = field(default_factory=list)
     paused_after: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
     done: bool = False
     output: Any = None

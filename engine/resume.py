@@ -24,7 +24,7 @@ from .position import InterruptRecord, RunPosition
 from .scope import _TASK, current_task
 
 __all__ = ["ResumeRequest", "get_interrupt_state", "get_resume_context", "address_segment",
-           "pending_interrupt_ids"]
+           "pending_interrupt_ids", "static_pauses", "awaits_answer", "has_static_pause"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,19 +53,45 @@ class ResumeRequest:
         return self.everything or any(i in self.ids for i in record_ids(record))
 
 
+def static_pauses(pos: RunPosition, address: str) -> Iterator[tuple[str, str, str]]:
+    """`(address, node, "before" | "after")` for each static pause of one run (not nested runs)."""
+    for key in pos.paused_before:
+        yield f"{address};node:{key};pause:before", key, "before"
+    for key in pos.paused_after:
+        yield f"{address};node:{key};pause:after", key, "after"
+
+
 def record_ids(record: InterruptRecord) -> Iterator[str]:
     """Every interrupt ID in a paused task: its own, its subs', and those of a nested run."""
     if record.child is not None:
-        for child in record.child.interrupts.values():
-            yield from record_ids(child)
+        yield from position_ids(record.child, record.address)
         return
     yield interrupt_id(record.address)
     for sub in record.subs:
         yield from record_ids(sub)
 
 
-def pending_interrupt_ids(pos: RunPosition) -> list[str]:
-    return [i for record in pos.interrupts.values() for i in record_ids(record)]
+def position_ids(pos: RunPosition, address: str) -> Iterator[str]:
+    """Every pending interrupt ID of a run at `address`: static pauses first, then paused tasks."""
+    for point, _, _ in static_pauses(pos, address):
+        yield interrupt_id(point)
+    for record in pos.interrupts.values():
+        yield from record_ids(record)
+
+
+def pending_interrupt_ids(pos: RunPosition, address: str) -> list[str]:
+    return list(position_ids(pos, address))
+
+
+def awaits_answer(pos: RunPosition) -> bool:
+    """True when some paused task (here or nested) needs `resume=`; static pauses need none."""
+    return any(r.child is None or awaits_answer(r.child) for r in pos.interrupts.values())
+
+
+def has_static_pause(pos: RunPosition) -> bool:
+    """True when this run or a nested one stopped at an interrupt_before / interrupt_after."""
+    return bool(pos.paused_before or pos.paused_after) or any(
+        r.child is not None and has_static_pause(r.child) for r in pos.interrupts.values())
 
 
 def _walk(records: dict[str, InterruptRecord]) -> Iterator[InterruptRecord]:
@@ -113,9 +139,12 @@ def _convert(value: Any, T: Any) -> Any:
 
 
 def get_interrupt_state(T: Any = None) -> tuple[bool, bool, Any]:
-    """`(was_interrupted, has_state, state)` for the calling node or tool, from the last pause."""
+    """`(was_interrupted, has_state, state)` for the calling node or tool, from the last pause.
+
+    Only a paused task that runs again sees its pause; a later pass through the same point does not.
+    """
     scope = _scope_or_error("get_interrupt_state")
-    record = scope.run.resumed.get(scope.address)
+    record = scope.resumed.get(scope.address)
     if record is None:
         return False, False, None
     if not record.has_state:
@@ -124,19 +153,23 @@ def get_interrupt_state(T: Any = None) -> tuple[bool, bool, Any]:
 
 
 def get_resume_context(T: Any = None) -> tuple[bool, bool, Any]:
-    """`(is_target, has_data, data)`: whether the caller resumed this point, and with what data."""
+    """`(is_target, has_data, data)`: whether the caller resumed this point, and with what data.
+
+    The answer belongs to the paused task that runs again; a later pass is not a target.
+    """
     scope = _scope_or_error("get_resume_context")
-    request: ResumeRequest | None = scope.run.resume
+    request: ResumeRequest | None = scope.resume
     if request is None:
         return False, False, None
     own = interrupt_id(scope.address)
     if own in request.data:
         data = request.data[own]
         return True, data is not None, _convert(data, T)
-    if own in request.ids or request.everything and scope.address in scope.run.resumed:
+    resumed = scope.resumed
+    if own in request.ids or request.everything and scope.address in resumed:
         return True, False, None
     below = scope.address + ";"
-    for address in scope.run.resumed:
+    for address in resumed:
         if address.startswith(below) and (request.everything or interrupt_id(address) in request.ids):
             return True, False, None
     return False, False, None

@@ -14,6 +14,8 @@ starts while other tasks still run. Everything the loop knows lives in `self.pos
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +25,7 @@ from .graph import END, START
 from .interrupts import Interrupt
 from .merge import merge_values
 from .position import InterruptRecord, RunPosition
+from .resume import has_static_pause, resumed_records
 from .scope import _TASK, TaskScope, current_task
 from .streams import Chunks, to_chunks, to_value
 
@@ -78,10 +81,10 @@ class Run:
         self.max_steps = max_steps or graph.max_steps
         self.checkpoint = checkpoint
         self.pos = RunPosition()
-        self.resume: Any = None  # the caller's ResumeRequest, shared with nested runs
-        self.resumed: dict[str, InterruptRecord] = {}  # address -> what paused there last time
-        self.released: set[str] = set()
+        self.resume: Any = None  # the caller's ResumeRequest (set by restore: it is for paused tasks only)
+        self.resumed: dict[str, InterruptRecord] = {}  # address -> what paused there; consumed by its task
         self.halted = False  # something paused during this execution: start no new DAG task
+        self.before_step: Callable[[], None] | None = None  # raises to stop (the run's lease was lost)
         self._pause_saved = False
 
     # --- phase 1: start or restore ---------------------------------------------------------------
@@ -94,14 +97,13 @@ class Run:
 
     def restore(self, pos: RunPosition, resume: Any = None) -> None:
         """Continue from a stored position; `resume` is the caller's `ResumeRequest` (or None)."""
-        from .resume import resumed_records
-
         self.pos = pos
         if self.graph.state_factory is None:
             pos.state = self.parent_state
         self.resume = resume
         self.resumed = resumed_records(pos)
-        self.released = set(pos.paused_before)  # a static pause is passed once resumed
+        # A static pause is passed by any resume; the release is stored until the node has run.
+        pos.released = [*pos.released, *(k for k in pos.paused_before if k not in pos.released)]
         pos.paused_before, pos.paused_after = [], []
         if not self.streaming:  # paused while streaming, resumed with ainvoke: nodes get values
             pos.pending = {k: to_value(v, where=f"node '{k}'") for k, v in pos.pending.items()}
@@ -121,10 +123,9 @@ class Run:
         """Run to END and return the output; raises `RunInterrupted` when tasks paused."""
         pos = self.pos
         if START in pos.pending:
-            value = pos.pending[START]
-            targets = await self._route(self.graph.start, value)  # may fail: START stays pending
-            self._apply(_Done(self.graph.start, value, targets))
-            self._advance()
+            await self._start()
+            if START in pos.interrupts:  # a branch condition paused (now, or last time and not resumed)
+                raise RunInterrupted(self)
         if self.graph.trigger == "all":
             await self._loop_dag()
         else:
@@ -138,23 +139,64 @@ class Run:
             )
         return pos.output
 
+    async def _start(self) -> None:
+        """Route START's input. A branch condition may fail or pause: START then stays pending."""
+        if not self._may_start(START):  # paused at START last time and not targeted now
+            return
+        node = self.graph.start
+        value = self.pos.pending[START]
+        token = _TASK.set(self._scope(node, self.path + (START,)))
+        try:
+            done = _Done(node, value, await self._route(node, value))
+        except Interrupt as signal:
+            done = _Done(node, None, (), interrupt=signal)
+        finally:
+            _TASK.reset(token)
+        self._apply(done)
+        if done.interrupt is not None:
+            await self._checkpoint("pause")
+        elif self.graph.trigger != "all":
+            self._advance()
+
     # --- plan: which pending tasks may start ------------------------------------------------------
 
     def _may_start(self, key: str) -> bool | None:
         """True: start it. False: it stays paused. None: a static interrupt_before stops it."""
-        record = self.pos.interrupts.get(key)
-        if record is not None:  # paused last time: runs again only if the caller targeted it
+        pos = self.pos
+        record = pos.interrupts.get(key)
+        if record is not None:  # paused last time: runs again only if targeted (static pauses: always)
+            if record.child is not None and has_static_pause(record.child):
+                return True
             return self.resume is not None and self.resume.targets(record)
-        if key in self.graph.interrupt_before and key not in self.released:
+        if key in self.graph.interrupt_before and key not in pos.released:
             return None
-        self.released.discard(key)
         return True
+
+    def _scope(self, node: CNode, path: tuple[str, ...]) -> TaskScope:
+        """The task's scope; a paused task running again takes (consumes) what paused under it."""
+        address = f"{self.address};node:{node.key}"
+        if self.resume is None or node.key not in self.pos.interrupts:
+            return TaskScope(self, node.key, path, address)
+        below = address + ";"
+        mine = {a: r for a, r in self.resumed.items() if a == address or a.startswith(below)}
+        for a in mine:
+            del self.resumed[a]
+        return TaskScope(self, node.key, path, address, self.resume, mine)
+
+    def _before_step(self) -> None:
+        if self.before_step is not None:
+            self.before_step()
 
     # --- the two loops ----------------------------------------------------------------------------
 
     async def _loop_pregel(self) -> None:
         pos = self.pos
-        while pos.pending and not pos.done:
+        while not pos.done:
+            if not pos.pending:
+                if not pos.inbox:
+                    return
+                self._advance()  # a step saved before its fan-in merged (the run failed there): merge now
+                continue
             tasks, blocked = [], []
             for key, value in pos.pending.items():
                 verdict = self._may_start(key)
@@ -175,12 +217,17 @@ class Run:
                     "unintended cycle",
                     max_steps=self.max_steps,
                 )
+            self._before_step()
             results = await self._submit_all(tasks)
             for done in results:
                 self._apply(done)
             if not pos.interrupts:
-                self._advance()
                 pos.step += 1
+                try:
+                    self._advance()
+                except GraphRunError:  # fan-in failed: keep the finished step, a resume merges again
+                    await self._checkpoint("step")
+                    raise
             await self._checkpoint("pause" if self.paused else "step")
             if self.paused:
                 return
@@ -189,23 +236,19 @@ class Run:
         pos = self.pos
         running: dict[asyncio.Task, str] = {}
         try:
+            for node in list(pos.inbox):  # inputs stored by a run that failed to merge them: retry
+                if node not in pos.pending:
+                    self._dag_try_ready(node)
             while True:
-                startable = []
-                if not self.halted:  # once anything paused, only running tasks finish
-                    for key in pos.pending:
-                        if key in running.values():
-                            continue
-                        verdict = self._may_start(key)
-                        if verdict:
-                            startable.append(key)
-                        elif verdict is None:
-                            pos.paused_before.append(key)
-                            self.halted = True
+                startable = self._plan_dag(running)
+                if startable:
+                    self._before_step()
                 if len(startable) == 1 and not running and not self.halted:  # linear case: no task object
                     key = startable[0]
-                    self._apply(await self._task(self.graph.nodes[key], pos.pending[key]))
-                    pos.step += 1
+                    error = self._apply_finished([await self._task(self.graph.nodes[key], pos.pending[key])])
                     await self._checkpoint("pause" if self.halted else "step")
+                    if error is not None:
+                        raise error
                     continue
                 for key in startable:
                     task = asyncio.ensure_future(self._task(self.graph.nodes[key], pos.pending[key]))
@@ -216,13 +259,46 @@ class Run:
                     return
                 finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 order = self.graph.order
-                for task in sorted(finished, key=lambda t: order[running[t]]):
+                batch = sorted(finished, key=lambda t: order[running[t]])
+                for task in batch:
                     del running[task]
-                    self._apply(task.result())  # a NodeError propagates from here
-                    pos.step += 1
+                error = self._apply_finished([t.exception() or t.result() for t in batch])
                 await self._checkpoint("pause" if self.halted and not running else "step")
+                if error is not None:  # the batch's other results are kept; running siblings are cancelled
+                    raise error
         finally:
             await _cancel_all(running)
+
+    def _plan_dag(self, running: dict[asyncio.Task, str]) -> list[str]:
+        """DAG: the pending tasks that may start now (none once something paused)."""
+        if self.halted:
+            return []
+        startable = []
+        busy = set(running.values())
+        for key in self.pos.pending:
+            if key in busy:
+                continue
+            verdict = self._may_start(key)
+            if verdict:
+                startable.append(key)
+            elif verdict is None:
+                self.pos.paused_before.append(key)
+                self.halted = True
+        return startable
+
+    def _apply_finished(self, outcomes: list[Any]) -> BaseException | None:
+        """DAG: apply each finished task (in graph order); return the first failure, having kept the rest."""
+        error: BaseException | None = None
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                error = error or outcome
+                continue
+            try:
+                self._apply(outcome)
+            except GraphRunError as err:  # a fan-in could not merge: its inputs stay in the inbox
+                error = error or err
+            self.pos.step += 1
+        return error
 
     async def _submit_all(self, tasks: list[tuple[str, Any]]) -> list[_Done]:
         nodes = self.graph.nodes
@@ -247,6 +323,8 @@ class Run:
             return
         pos.pending.pop(key, None)
         pos.interrupts.pop(key, None)
+        if key in pos.released:
+            pos.released.remove(key)
         if key in self.graph.interrupt_after:
             pos.paused_after.append(key)
             self.halted = True
@@ -265,40 +343,51 @@ class Run:
             self._dag_settle(key, done.targets)
 
     def _dag_settle(self, source: str, targets: tuple[str, ...]) -> None:
-        """DAG: report `source` to every successor; start what is ready, skip what cannot run."""
+        """DAG: report `source` to every successor; queue what is ready, skip what cannot run.
+
+        Every successor is settled even if one fan-in fails to merge; that error is raised at the end.
+        """
         pos = self.pos
-        graph = self.graph
+        error: GraphRunError | None = None
         todo = [(source, set(targets))]
         while todo:
             src, chosen = todo.pop()
-            for succ in graph.successors_of(src):
+            for succ in self.graph.successors_of(src):
                 if succ not in chosen:
                     pos.skipped.setdefault(succ, []).append(src)
-                preds = graph.preds[succ]
-                got = pos.inbox.get(succ, {})
-                skipped = pos.skipped.get(succ, ())
-                if len(got) + len(skipped) < len(preds):
-                    continue
-                pos.skipped.pop(succ, None)
-                if not got:  # every predecessor skipped: skip this node too, and onwards
-                    if succ == END:
-                        continue
-                    todo.append((succ, set()))
-                    continue
-                value = self._merge(succ, pos.inbox.pop(succ))
-                if succ == END:
-                    pos.output, pos.done = self._final(value), True
-                else:
-                    pos.pending[succ] = value
+                try:
+                    if self._dag_try_ready(succ) and succ != END:
+                        todo.append((succ, set()))  # every predecessor skipped it: skip onwards
+                except GraphRunError as err:
+                    error = error or err
+        if error is not None:
+            raise error
+
+    def _dag_try_ready(self, node: str) -> bool:
+        """Once every predecessor of `node` reported: queue it with its merged input (END: finish).
+        Returns True when all of them skipped it. A failed merge leaves the inputs in the inbox."""
+        pos = self.pos
+        got = pos.inbox.get(node, {})
+        if len(got) + len(pos.skipped.get(node, ())) < len(self.graph.preds[node]):
+            return False
+        if not got:
+            pos.skipped.pop(node, None)
+            return True
+        value = self._merge(node, got)
+        del pos.inbox[node]
+        pos.skipped.pop(node, None)
+        if node == END:
+            pos.output, pos.done = self._final(value), True
+        else:
+            pos.pending[node] = value
+        return False
 
     def _advance(self) -> None:
         """Pregel: the inbox becomes the next superstep's tasks; reaching END ends the run."""
         pos = self.pos
-        if self.graph.trigger == "all":
-            return
         inbox = pos.inbox
-        if END in inbox:
-            pos.output, pos.done = self._final(self._merge(END, inbox.pop(END))), True
+        if END in inbox:  # merged before anything changes: a failed merge leaves the inbox as it was
+            pos.output, pos.done = self._final(self._merge(END, inbox[END])), True
             pos.inbox, pos.pending = {}, {}
             return
         pos.pending = {node: self._merge(node, values) for node, values in inbox.items()}
@@ -327,7 +416,7 @@ class Run:
         emitter = self.emitter
         if emitter.active:
             await emitter.emit(Event("start", path, value, self.pos.step))
-        token = _TASK.set(TaskScope(self, node.key, path, f"{self.address};node:{node.key}"))
+        token = _TASK.set(self._scope(node, path))
         try:
             output = await self._call(node, value, path)
             targets = await self._route(node, output)
@@ -335,14 +424,12 @@ class Run:
             if emitter.active and isinstance(signal, Interrupt):
                 await emitter.emit(Event("interrupt", path, signal.info, self.pos.step))
             return _Done(node, None, (), interrupt=signal)
-        except WaypointError as err:
-            if emitter.active:
-                await emitter.emit(Event("error", path, err, self.pos.step))
-            raise
         except Exception as err:
-            wrapped = NodeError(path, err)
+            wrapped = err if _raised_for(path, err) else NodeError(path, err)
             if emitter.active:
                 await emitter.emit(Event("error", path, wrapped, self.pos.step))
+            if wrapped is err:
+                raise
             raise wrapped from err
         finally:
             _TASK.reset(token)
@@ -357,7 +444,8 @@ class Run:
         if node.pre is not None:
             value = await _maybe_await(node.pre.call(to_value(value, where=node.key), state))
         if node.subgraph is not None:
-            output = await self._subgraph(node, value, path)
+            async with asyncio.timeout(node.timeout):  # the whole subgraph run (retry= is refused at build)
+                output = await self._subgraph(node, value, path)
         elif node.retry is not None or node.timeout is not None:
             output = await self._with_policy(node, value, path, state)
         elif self.streaming and node.runnable.streams:
@@ -391,7 +479,7 @@ class Run:
         return Chunks(chunks)
 
     async def _with_policy(self, node: CNode, value: Any, path: tuple[str, ...], state: Any) -> Any:
-        """Run the node under its timeout and retry policy."""
+        """Run the node under its timeout and retry policy; a retried attempt is announced (`retry`)."""
         policy, timeout = node.retry, node.timeout
         attempt = 1
         while True:
@@ -402,13 +490,15 @@ class Run:
                     fn = node.runnable.sync_fn
                     plain = to_value(value, where=node.key) if self.streaming else value
                     if fn is not None and timeout is not None:  # a thread, so the timeout can fire
-                        return await asyncio.to_thread(fn.call, plain, state)
+                        return await _in_daemon_thread(fn.call, plain, state)
                     return await node.runnable.invoke(plain, state)
             except Exception as err:
-                if isinstance(err, WaypointError) or policy is None or not policy.should_retry(err, attempt):
-                    if isinstance(err, WaypointError):
-                        raise
+                if isinstance(err, WaypointError):
+                    raise
+                if policy is None or not policy.should_retry(err, attempt):
                     raise NodeError(path, err, attempts=attempt) from err
+                if self.emitter.active:  # what this attempt streamed is void: say so before the next one
+                    await self.emitter.emit(Event("retry", path, err, self.pos.step))
                 await asyncio.sleep(policy.delay(attempt))
                 attempt += 1
 
@@ -417,7 +507,6 @@ class Run:
             node.subgraph, path=path, address=f"{self.address};node:{node.key}", emitter=self.emitter,
             streaming=self.streaming, parent_state=self.pos.state,
         )
-        child.resume = self.resume
         saved = self.pos.interrupts.get(node.key)
         if saved is not None and saved.child is not None:
             child.restore(saved.child, self.resume)
@@ -464,6 +553,39 @@ def _record(signal: Interrupt, address: str) -> InterruptRecord:
     ]
     return InterruptRecord(address=address, info=signal.info, state=signal.state,
                            has_state=signal.has_state, subs=subs)
+
+
+def _raised_for(path: tuple[str, ...], err: BaseException) -> bool:
+    """True for an error the engine raised for this task (routing, fan-in, a nested node's error).
+    Anything else a node's code raised — a `WaypointError` from a run it called, say — is its error."""
+    if isinstance(err, NodeError):
+        return tuple(err.node_path[:len(path)]) == path
+    return isinstance(err, GraphRunError)
+
+
+async def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call `fn(*args)` on a daemon thread: a timeout returns at once, and neither `invoke()` nor the
+    interpreter's exit waits for a thread that is still stuck (it cannot be killed)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future = loop.create_future()
+    context = contextvars.copy_context()  # the node still sees its task (resume context, tools)
+
+    def settle(ok: bool, value: Any) -> None:
+        if not future.done():
+            future.set_result(value) if ok else future.set_exception(value)
+
+    def work() -> None:
+        try:
+            result, ok = context.run(fn, *args), True
+        except BaseException as err:  # noqa: BLE001 - handed to the awaiting task
+            result, ok = err, False
+        try:
+            loop.call_soon_threadsafe(settle, ok, result)
+        except RuntimeError:  # the loop has closed: nobody waits any more
+            pass
+
+    threading.Thread(target=work, name="waypoint-sync-node", daemon=True).start()
+    return await future
 
 
 def _take_key(node: CNode, value: Any) -> Any:

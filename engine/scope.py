@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .runner import Run
@@ -14,12 +14,19 @@ __all__ = ["TaskScope", "current_task"]
 
 @dataclass(frozen=True, slots=True)
 class TaskScope:
-    """What code running inside a task can ask about itself (interrupts, resume context, tools)."""
+    """What code running inside a task can ask about itself (interrupts, resume context, tools).
+
+    `resume` and `resumed` are set only for a paused task that runs again: the caller's resume
+    request and what paused under this task last time (address -> record). A later pass through
+    the same node in the same call gets neither: one answer approves one pass.
+    """
 
     run: Run
     node: str
     path: tuple[str, ...]
     address: str
+    resume: Any = None
+    resumed: dict[str, Any] = field(default_factory=dict)
 
 
 _TASK: ContextVar[TaskScope | None] = ContextVar("waypoint_task", default=None)

@@ -57,6 +57,8 @@ class CheckpointMeta:
     lease_owner: str | None = None
     lease_expires: float | None = None
     error: str | None = None
+    origin: str | None = None
+    """Where a fork or a resume from an older version came from (`"<checkpoint_id>@<version>"`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

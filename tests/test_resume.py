@@ -389,9 +389,10 @@ async def test_a_failed_run_resumes_from_its_last_good_step():
     assert (await store.history("f"))[0].status == "failed"
     with pytest.raises(NodeError):
         await app.ainvoke(None, checkpoint_id="f")  # routed now; the node fails
-    assert (await app.get_run("f")).pending == ("work",)
+    # stored at the last finished step: routing START belongs to the first step, which failed
+    assert (await app.get_run("f")).pending == ("__start__",)
     assert await app.ainvoke(None, checkpoint_id="f") == 42
-    assert attempts == Counter(route=2, work=2)
+    assert attempts == Counter(route=3, work=2)
 
 
 async def test_a_run_paused_while_streaming_resumes_with_ainvoke_and_vice_versa():

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import CheckpointCorrupted, WaypointError
 from .position import InterruptRecord, RunPosition
-from .store import Blob, Checkpoint, CheckpointMeta, CheckPointStore
+from .store import Blob, Checkpoint, CheckpointMeta, CheckPointStore, MissingBlobs
 from .streams import Chunks
 
 if TYPE_CHECKING:
@@ -114,7 +114,20 @@ class Checkpointer:
     # --- writing -------------------------------------------------------------------------------------
 
     async def save(self, pos: RunPosition, status: str, *, error: str | None = None) -> CheckpointMeta:
-        """Write the next version (compare-and-set on the one this run last read or wrote)."""
+        """Write the next version (compare-and-set on the one this run last read or wrote).
+
+        Unchanged parts are not sent again; if the store lost some of them meanwhile (a `prune` that
+        raced this run), the whole version is written again.
+        """
+        try:
+            return await self._save(pos, status, error)
+        except MissingBlobs:
+            self._known.clear()
+            self._cache.clear()
+            self._graph_part = None
+            return await self._save(pos, status, error)
+
+    async def _save(self, pos: RunPosition, status: str, error: str | None) -> CheckpointMeta:
         blobs: list[Blob] = []
         if self._graph_part is None:  # the same bytes at every step: encode once
             self._graph_part = self._whole("graph", self.graph_structure, blobs)

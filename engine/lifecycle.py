@@ -152,7 +152,7 @@ class _Session:
             self._check_new_run(loaded, input, request)
             await self._start_new(run, input, fresh=loaded is not None)
             return
-        if opts.force_new_run:
+        if opts.force_new_run and self.target == self.source:  # with write_to it only allows overwriting
             await self._start_new(run, input, fresh=True)
             return
         if input is not None:

@@ -9,29 +9,49 @@ docs/stores.md explains the layout and how to write another store.
 Guarantees every store gives (tests/store_contract.py checks them on every store):
 
 1. `put` is compare-and-set: it writes version `expected_version + 1` (or 1 when `expected_version`
-   is None) only if that version does not exist yet, in one atomic step with its blobs; otherwise it
-   raises `CheckpointConflict` and writes nothing.
+   is None) only if `expected_version` is the run's newest version (or the run has none), in one
+   atomic step with its blobs. A newer version exists: `CheckpointConflict`. Version
+   `expected_version` is gone (the run was deleted or expired meanwhile): `CheckpointNotFound` — a
+   deleted run is never brought back by a late writer. Either way nothing is written.
+2a. `put` checks that every part head and every new blob's parent is in the put or already stored;
+   if not (pruned meanwhile), it raises `MissingBlobs` naming them and writes nothing; the engine
+   then writes the whole version again.
 2. A blob is identified by `(checkpoint_id, hash)`; writing one that exists is a no-op. `get` returns
    for every part the chain of blobs from the root to the referenced head, oldest first.
 3. The tool ledger is idempotent: `record_call` keeps the first result written for
    `(checkpoint_id, version, call_id)` and reports whether this call wrote it.
-4. `history` is newest first; `list` returns the newest version of each run, newest update first,
-   filtered by status, paged with `before` (an `updated_at` cursor).
+4. `history` is newest first; `list` returns the newest version of each run, newest update first
+   (ties by checkpoint ID, descending), filtered by status, paged with `before`: the last
+   `CheckpointMeta` of the previous page (or an `updated_at` time). A negative limit is a `ValueError`.
 5. `prune` never deletes the newest version of a run (the one a pending interrupt or a resume
    needs), nor a blob that a remaining version still reaches, nor the ledger of a remaining version.
 6. Stores are safe for concurrent runs in one process and for several processes on one database.
+7. `renew_lease` may be called from another thread (with its own event loop) than the run's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-__all__ = ["CheckPointStore", "CheckpointMeta", "Checkpoint", "Blob", "RunStatus"]
+from .errors import CheckpointError
+
+__all__ = ["CheckPointStore", "CheckpointMeta", "Checkpoint", "Blob", "RunStatus", "MissingBlobs"]
 
 RunStatus = Literal["running", "interrupted", "completed", "failed"]
 STATUSES: tuple[str, ...] = ("running", "interrupted", "completed", "failed")
+
+
+class MissingBlobs(CheckpointError):
+    """`put` named blobs the store does not hold (pruned since the writer last saw them)."""
+
+    def __init__(self, checkpoint_id: str, hashes: Iterable[str]) -> None:
+        self.hashes = sorted(hashes)
+        super().__init__(
+            f"run '{checkpoint_id}': the store no longer holds {len(self.hashes)} blob(s) this version points at "
+            "(pruned while the run was writing); write the version again with its full content"
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -111,9 +131,9 @@ class CheckPointStore(Protocol):
         """The run's versions, newest first."""
 
     async def list(
-        self, *, status: RunStatus | None = None, limit: int = 100, before: float | None = None
+        self, *, status: RunStatus | None = None, limit: int = 100, before: float | CheckpointMeta | None = None
     ) -> list[CheckpointMeta]:
-        """The newest version of each run, most recently updated first."""
+        """The newest version of each run, most recently updated first; `before` pages (see above)."""
 
     async def delete(self, checkpoint_id: str) -> bool:
         """Remove a run entirely (versions, blobs, ledger). True if it existed."""

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import time
 
-from waypoint.engine.store import STATUSES, CheckpointMeta
+from collections.abc import Mapping, Sequence
+
+from waypoint.engine.errors import CheckpointConflict, CheckpointNotFound
+from waypoint.engine.store import STATUSES, Blob, CheckpointMeta
 
 
 def check_put(meta: CheckpointMeta, expected_version: int | None) -> None:
@@ -16,6 +19,44 @@ def check_put(meta: CheckpointMeta, expected_version: int | None) -> None:
             f"{expected_version}; the new version must be {want}"
         )
     check_status(meta.status)
+
+
+def check_newest(checkpoint_id: str, newest: int | None, expected_version: int | None) -> None:
+    """Compare-and-set on the run's newest version; a version that vanished means the run was deleted."""
+    if expected_version is None:
+        if newest is not None:
+            raise CheckpointConflict(conflict_message(checkpoint_id, None))
+        return
+    if newest is None or newest < expected_version:
+        raise CheckpointNotFound(
+            f"run '{checkpoint_id}' no longer has version {expected_version}: it was deleted or expired while "
+            "this process was running it, and it stays deleted; start it again with an input to run it anew"
+        )
+    if newest > expected_version:
+        raise CheckpointConflict(conflict_message(checkpoint_id, expected_version))
+
+
+def needed_blobs(parts: Mapping[str, str], blobs: Sequence[Blob]) -> set[str]:
+    """Blobs a put points at (part heads, parents of new segments) without carrying them."""
+    carried = {b.hash for b in blobs}
+    wanted = set(parts.values()) | {b.parent for b in blobs if b.parent is not None}
+    return wanted - carried
+
+
+def check_limit(limit: int | None, what: str) -> None:
+    if limit is not None and (not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"{what}: limit must be None or an integer >= 0, got {limit!r}")
+
+
+def cursor(before: float | CheckpointMeta | tuple[float, str] | None) -> tuple[float, str | None] | None:
+    """`list(before=...)` as (updated_at, checkpoint_id or None): the last row of the previous page, or a time."""
+    if before is None:
+        return None
+    if isinstance(before, CheckpointMeta):
+        return before.updated_at, before.checkpoint_id
+    if isinstance(before, tuple):
+        return float(before[0]), str(before[1])
+    return float(before), None
 
 
 def check_status(status: str | None) -> None:

@@ -16,11 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from waypoint.engine.errors import CheckpointConflict, CheckpointError
-from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, RunStatus
+from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, MissingBlobs, RunStatus
 
-from ._common import Expiry, check_put, check_status, conflict_message
+from ._common import Expiry, check_limit, check_newest, check_put, check_status, conflict_message, cursor, needed_blobs
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 T = TypeVar("T")
 
 _BINARY = {"sqlite": "BLOB", "postgresql": "BYTEA"}
@@ -58,6 +58,7 @@ MIGRATIONS: dict[int, list[str]] = {
             created_at {real} NOT NULL,
             PRIMARY KEY (checkpoint_id, version, call_id))""",
     ],
+    2: ["ALTER TABLE waypoint_checkpoints ADD COLUMN origin TEXT"],
 }
 
 
@@ -93,13 +94,14 @@ def migrate(db: DB, dialect: str) -> None:
 # --- operations -------------------------------------------------------------------------------------------
 
 _META_COLUMNS = ("checkpoint_id, version, status, step, fingerprint, created_at, updated_at, "
-                 "lease_owner, lease_expires, error")
+                 "lease_owner, lease_expires, error, origin")
 
 
 def _meta(row: Sequence[Any]) -> CheckpointMeta:
     return CheckpointMeta(
         checkpoint_id=row[0], version=row[1], status=row[2], step=row[3], fingerprint=row[4],
         created_at=row[5], updated_at=row[6], lease_owner=row[7], lease_expires=row[8], error=row[9],
+        origin=row[10],
     )
 
 
@@ -115,8 +117,8 @@ def get(db: DB, checkpoint_id: str, version: int | None) -> Checkpoint | None:
     if not found:
         return None
     row = found[0]
-    parts: dict[str, str] = json.loads(row[11])
-    return Checkpoint(meta=_meta(row), header=bytes(row[10]), parts=parts,
+    parts: dict[str, str] = json.loads(row[12])
+    return Checkpoint(meta=_meta(row), header=bytes(row[11]), parts=parts,
                       chains=_chains(db, checkpoint_id, parts))
 
 
@@ -150,6 +152,18 @@ def _chains(db: DB, checkpoint_id: str, parts: Mapping[str, str]) -> dict[str, l
 def put(db: DB, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], blobs: Sequence[Blob],
         expected_version: int | None) -> None:
     check_put(meta, expected_version)
+    cid = meta.checkpoint_id
+    newest = db.rows("SELECT MAX(version) FROM waypoint_checkpoints WHERE checkpoint_id = :c", {"c": cid})
+    check_newest(cid, newest[0][0] if newest else None, expected_version)
+    needed = sorted(needed_blobs(parts, blobs))
+    if needed:
+        params: dict[str, Any] = {f"h{i}": h for i, h in enumerate(needed)}
+        params["c"] = cid
+        names = ", ".join(f":h{i}" for i in range(len(needed)))
+        found = {h for (h,) in db.rows(
+            f"SELECT hash FROM waypoint_blobs WHERE checkpoint_id = :c AND hash IN ({names})", params)}
+        if len(found) < len(needed):
+            raise MissingBlobs(cid, set(needed) - found)
     if blobs:
         db.many(
             "INSERT INTO waypoint_blobs (checkpoint_id, hash, parent, data) VALUES (:c, :h, :p, :d) "
@@ -158,10 +172,10 @@ def put(db: DB, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], b
         )
     inserted = db.run(
         f"INSERT INTO waypoint_checkpoints ({_META_COLUMNS}, header, parts) VALUES "
-        "(:c, :v, :s, :st, :f, :ca, :ua, :lo, :le, :e, :hd, :p) ON CONFLICT DO NOTHING",
+        "(:c, :v, :s, :st, :f, :ca, :ua, :lo, :le, :e, :o, :hd, :p) ON CONFLICT DO NOTHING",
         {"c": meta.checkpoint_id, "v": meta.version, "s": meta.status, "st": meta.step, "f": meta.fingerprint,
          "ca": meta.created_at, "ua": meta.updated_at, "lo": meta.lease_owner, "le": meta.lease_expires,
-         "e": meta.error, "hd": header, "p": json.dumps(dict(parts), sort_keys=True)},
+         "e": meta.error, "o": meta.origin, "hd": header, "p": json.dumps(dict(parts), sort_keys=True)},
     )
     if inserted != 1:
         raise CheckpointConflict(conflict_message(meta.checkpoint_id, expected_version))
@@ -190,6 +204,7 @@ def recorded_calls(db: DB, checkpoint_id: str, version: int) -> dict[str, bytes]
 
 
 def history(db: DB, checkpoint_id: str, limit: int | None) -> list[CheckpointMeta]:
+    check_limit(limit, f"history('{checkpoint_id}')")
     sql = f"SELECT {_META_COLUMNS} FROM waypoint_checkpoints WHERE checkpoint_id = :c ORDER BY version DESC"
     params: dict[str, Any] = {"c": checkpoint_id}
     if limit is not None:
@@ -198,8 +213,10 @@ def history(db: DB, checkpoint_id: str, limit: int | None) -> list[CheckpointMet
     return [_meta(r) for r in db.rows(sql, params)]
 
 
-def list_runs(db: DB, status: str | None, limit: int, before: float | None) -> list[CheckpointMeta]:
+def list_runs(db: DB, status: str | None, limit: int, before: Any) -> list[CheckpointMeta]:
     check_status(status)
+    check_limit(limit, "list()")
+    after = cursor(before)
     sql = (f"SELECT {', '.join('c.' + c.strip() for c in _META_COLUMNS.split(','))} "
            "FROM waypoint_checkpoints c JOIN (SELECT checkpoint_id, MAX(version) AS v FROM waypoint_checkpoints "
            "GROUP BY checkpoint_id) h ON c.checkpoint_id = h.checkpoint_id AND c.version = h.v WHERE 1 = 1")
@@ -207,9 +224,9 @@ def list_runs(db: DB, status: str | None, limit: int, before: float | None) -> l
     if status is not None:
         sql += " AND c.status = :s"
         params["s"] = status
-    if before is not None:
-        sql += " AND c.updated_at < :b"
-        params["b"] = before
+    if after is not None:
+        sql += " AND (c.updated_at < :b OR (c.updated_at = :b AND c.checkpoint_id < :bid))"
+        params["b"], params["bid"] = after[0], after[1] if after[1] is not None else ""
     sql += " ORDER BY c.updated_at DESC, c.checkpoint_id DESC LIMIT :n"
     return [_meta(r) for r in db.rows(sql, params)]
 
@@ -290,7 +307,7 @@ class SQLStoreMethods:
         return await self._call(history, checkpoint_id, limit)
 
     async def list(self, *, status: RunStatus | None = None, limit: int = 100,
-                   before: float | None = None) -> list[CheckpointMeta]:
+                   before: float | CheckpointMeta | None = None) -> list[CheckpointMeta]:
         return await self._call(list_runs, status, limit, before)
 
     async def delete(self, checkpoint_id: str) -> bool:

@@ -9,10 +9,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-from waypoint.engine.errors import CheckpointConflict
-from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, RunStatus
+from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, MissingBlobs, RunStatus
 
-from ._common import Expiry, check_put, check_status, conflict_message
+from ._common import Expiry, check_limit, check_newest, check_put, check_status, cursor, needed_blobs
 
 __all__ = ["MemoryStore"]
 
@@ -50,10 +49,15 @@ class MemoryStore:
         expected_version: int | None,
     ) -> None:
         check_put(meta, expected_version)
-        versions = self._versions.setdefault(meta.checkpoint_id, {})
-        if meta.version in versions:
-            raise CheckpointConflict(conflict_message(meta.checkpoint_id, expected_version))
-        stored = self._blobs.setdefault(meta.checkpoint_id, {})
+        cid = meta.checkpoint_id
+        versions = self._versions.get(cid) or {}
+        check_newest(cid, max(versions) if versions else None, expected_version)
+        stored = self._blobs.get(cid, {})
+        missing = {h for h in needed_blobs(parts, blobs) if h not in stored}
+        if missing:
+            raise MissingBlobs(cid, missing)
+        versions = self._versions.setdefault(cid, versions)
+        stored = self._blobs.setdefault(cid, stored)
         for blob in blobs:
             stored.setdefault(blob.hash, blob)
         versions[meta.version] = (meta, bytes(header), dict(parts))
@@ -81,17 +85,20 @@ class MemoryStore:
         return dict(self._ledger.get((checkpoint_id, version), {}))
 
     async def history(self, checkpoint_id: str, *, limit: int | None = None) -> list[CheckpointMeta]:
+        check_limit(limit, f"history('{checkpoint_id}')")
         versions = self._versions.get(checkpoint_id, {})
         metas = [versions[v][0] for v in sorted(versions, reverse=True)]
         return metas if limit is None else metas[:limit]
 
     async def list(
-        self, *, status: RunStatus | None = None, limit: int = 100, before: float | None = None
+        self, *, status: RunStatus | None = None, limit: int = 100, before: float | CheckpointMeta | None = None
     ) -> list[CheckpointMeta]:
         check_status(status)
+        check_limit(limit, "list()")
+        after = cursor(before)
         newest = [v[max(v)][0] for v in self._versions.values() if v]
         rows = [m for m in newest if (status is None or m.status == status)
-                and (before is None or m.updated_at < before)]
+                and (after is None or (m.updated_at, m.checkpoint_id) < (after[0], after[1] or ""))]
         rows.sort(key=lambda m: (m.updated_at, m.checkpoint_id), reverse=True)
         return rows[:limit]
 

@@ -154,6 +154,8 @@ async def main():
     if sys.argv[1] == "init":
         await store.put(meta(1), b"h", {{}}, [], expected_version=None)
         return 0
+    await store.list()  # connected before the race
+    open({str(barrier)!r} + ".ready." + sys.argv[1], "w").close()
     while not os.path.exists({str(barrier)!r}):
         time.sleep(0.001)
     try:
@@ -165,7 +167,7 @@ sys.exit(asyncio.run(main()))
 """
     assert subprocess.run([sys.executable, "-c", code, "init"]).returncode == 0
     procs = [subprocess.Popen([sys.executable, "-c", code, f"w{i}"]) for i in range(4)]
-    time.sleep(0.5)
+    wait_until(lambda: len(list(tmp_path.glob("go.ready.*"))) == 4)
     barrier.touch()
     codes = sorted(p.wait(30) for p in procs)
     assert codes == [0, 3, 3, 3]
@@ -181,6 +183,7 @@ from waypoint.stores import SQLiteStore
 async def main():
     store = SQLiteStore({str(db)!r})
     await store.list()  # open (and create) the database before the race
+    open({str(barrier)!r} + ".ready." + sys.argv[1], "w").close()
     while not os.path.exists({str(barrier)!r}):
         time.sleep(0.001)
     cid = "run-" + sys.argv[1]
@@ -194,7 +197,7 @@ asyncio.run(main())
 """
     procs = [subprocess.Popen([sys.executable, "-c", code, str(i)], stderr=subprocess.PIPE, text=True)
              for i in range(3)]
-    time.sleep(0.5)
+    wait_until(lambda: len(list(tmp_path.glob("go.ready.*"))) == 3)
     barrier.touch()
     for p in procs:
         _, err = p.communicate(timeout=120)
@@ -224,3 +227,63 @@ def test_partial_resume_of_parallel_interrupts_across_processes(tmp_path, trigge
     assert json.loads(out) == {"join": True}
     # each approval ran once to pause and once when it was answered; the unanswered one did not re-run
     assert starts(journal) == Counter({"legal": 2, "security": 2, "join": 1})
+
+
+def test_a_sync_node_blocking_the_event_loop_keeps_its_lease(tmp_path):
+    db, journal = tmp_path / "runs.db", tmp_path / "journal"
+    owner = start(db, "blk", "blocking", "--lease", "0.5", "--block", "4", journal=journal)
+    wait_for_line(journal, "block")
+    time.sleep(1.0)  # twice the lease, with the owner's event loop blocked the whole time
+    code, _, err = run(db, "blk", "blocking", "--lease", "0.5", "--continue-run", journal=journal)
+    assert code == 3 and "lease held by" in err, err  # still held: nobody takes the run over
+    code, out, err = finish(owner)
+    assert code == 0, err
+    assert starts(journal) == Counter({"block": 1, "after": 1})
+
+
+def test_a_process_that_lost_its_lease_stops_before_its_next_step(tmp_path):
+    """durability="exit" writes nothing per step: only the renewal tells the owner it lost the run."""
+    db, journal = tmp_path / "runs.db", tmp_path / "journal"
+    opts = ("--durability", "exit", "--lease", "0.6")
+    code, out, err = run(db, "ch", "chain", *opts, journal=journal)
+    assert code == 2, err
+    resume = json.dumps({json.loads(out)["interrupt"][0]: "go"})
+    first = start(db, "ch", "chain", *opts, "--resume", resume, journal=journal)
+    wait_for_line(journal, "c1")
+    code, out, err = run(db, "ch", "chain", *opts, "--resume", resume, "--takeover", journal=journal)
+    assert code == 0, err
+    assert json.loads(out) == ["c1", "c2", "c3", "c4", "c5", "c6"]
+    code, _, err = finish(first)
+    assert code == 3 and "lost its lease" in err, err
+    lines = [line.split() for line in journal.read_text().splitlines()]
+    second_pid = lines[-1][-1]
+    takeover_at = next(i for i, parts in enumerate(lines) if parts[-1] == second_pid)
+    first_after = [p[0] for p in lines[takeover_at:] if p[-1] == str(first.pid)]
+    assert len(first_after) <= 1, lines  # at most the step it was in when its renewer noticed
+
+
+@pytest.mark.parametrize("delay", [0.4, 0.8, 1.2])
+def test_sigkill_during_a_large_state_commit_leaves_a_readable_run(tmp_path, delay):
+    db, journal = tmp_path / "runs.db", tmp_path / "journal"
+    proc = start(db, "big", "bigstate", "--steps", "40", journal=journal)
+    wait_for_line(journal, "grow")
+    time.sleep(delay)  # somewhere inside the stream of 1 MiB commits
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    code, out, err = run(db, "big", "bigstate", "--steps", "40", "--continue-run", "--takeover", journal=journal)
+    assert code == 0, err
+    assert json.loads(out) == "intact"  # every item, before and after the kill, reads back as written
+
+
+def test_sqlstore_shared_by_two_processes_lets_exactly_one_resumer_proceed(tmp_path):
+    db, journal, barrier = tmp_path / "runs.db", tmp_path / "journal", tmp_path / "go"
+    code, out, err = run(db, "race", "approval", "--sqlstore", journal=journal)
+    assert code == 2, err
+    (iid,) = json.loads(out)["interrupt"]
+    rivals = [start(db, "race", "approval", "--sqlstore", "--resume", json.dumps({iid: f"p{i}"}),
+                    "--barrier", str(barrier), journal=journal) for i in range(2)]
+    wait_until(lambda: len(list(tmp_path.glob("go.ready.*"))) == 2)
+    barrier.touch()
+    results = [finish(p) for p in rivals]
+    assert sorted(code for code, _, _ in results) == [0, 3], results
+    assert starts(journal)["act"] == 1

@@ -225,26 +225,33 @@ async def test_interrupt_after_the_last_node_is_saved_as_interrupted_not_complet
 
 
 async def test_unknown_interrupt_runs_no_node():
+    """A DAG: a gate waits for an answer; a sibling waits at interrupt_before (any resume releases it)."""
     calls = Counter()
 
     def gate(x):
         calls["gate"] += 1
         if not get_resume_context()[0]:
             raise Interrupt("?")
-        return x
+        return {"gate": x}
 
     g = Graph(name="g")
     g.add_node("gate", gate)
-    g.add_edge(START, "gate")
-    g.add_edge("gate", END)
-    app = g.compile(store=MemoryStore())
-    with pytest.raises(GraphInterrupted):
+    g.add_node("held", lambda x: calls.update(["held"]) or {"held": x})
+    g.add_node("join", lambda d: d)
+    for n in ("gate", "held"):
+        g.add_edge(START, n)
+        g.add_edge(n, "join")
+    g.add_edge("join", END)
+    app = g.compile(store=MemoryStore(), trigger="all", interrupt_before=["held"])
+    with pytest.raises(GraphInterrupted) as paused:
         await app.ainvoke(1, checkpoint_id="u")
     with pytest.raises(UnknownInterrupt):
         await app.ainvoke(None, checkpoint_id="u", resume={"not-an-id": 1})
     with pytest.raises(UnknownInterrupt):
         await app.ainvoke(None, checkpoint_id="u")
-    assert calls["gate"] == 1
+    assert calls == Counter(gate=1)
+    gate_id = next(c.id for c in paused.value.info.contexts if c.info == "?")
+    assert await app.ainvoke(None, checkpoint_id="u", resume={gate_id: 1}) == {"gate": 1, "held": 1}
 
 
 async def test_resume_with_a_list_targets_exactly_those_ids():

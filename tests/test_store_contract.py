@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from waypoint.engine.errors import CheckpointConflict
-from waypoint.engine.store import Blob, CheckpointMeta
+from waypoint.engine.errors import CheckpointConflict, CheckpointNotFound
+from waypoint.engine.store import Blob, CheckpointMeta, MissingBlobs
 from waypoint.stores import MemoryStore, SQLiteStore, SQLStore
 
 
@@ -101,6 +101,72 @@ async def test_history_and_list_order_filters_and_paging(store):
     assert await store.list(status="running") == []
     with pytest.raises(ValueError, match="unknown run status"):
         await store.list(status="paused")
+
+
+async def test_paging_with_before_returns_every_run_once_even_when_timestamps_tie(store):
+    for i in range(7):
+        await store.put(meta(f"r{i}", 1, "interrupted", updated=50.0 if i < 5 else 40.0 + i), b"h", {}, [],
+                        expected_version=None)
+    seen, page = [], await store.list(limit=2)
+    while page:
+        seen += [m.checkpoint_id for m in page]
+        page = await store.list(limit=2, before=page[-1])
+    assert seen == ["r4", "r3", "r2", "r1", "r0", "r6", "r5"]
+
+
+async def test_negative_limits_are_refused_the_same_way_by_every_store(store):
+    await store.put(meta(), b"h", {}, [], expected_version=None)
+    with pytest.raises(ValueError, match="limit"):
+        await store.history("run-1", limit=-1)
+    with pytest.raises(ValueError, match="limit"):
+        await store.list(limit=-1)
+    assert await store.history("run-1", limit=0) == []
+
+
+async def test_a_writer_that_loses_the_compare_and_set_leaves_no_blobs(store):
+    await store.put(meta(version=1), b"h", {"run": "h-a"}, [blob("a")], expected_version=None)
+    await store.put(meta(version=2), b"h", {"run": "h-b"}, [blob("b")], expected_version=1)
+    with pytest.raises(CheckpointConflict):
+        await store.put(meta(version=2), b"late", {"run": "h-late"}, [blob("late")], expected_version=1)
+    with pytest.raises(MissingBlobs):  # had the loser's blob been kept, this would succeed
+        await store.put(meta(version=3), b"h", {"run": "h-late"}, [], expected_version=2)
+
+
+async def test_a_put_after_delete_does_not_bring_the_run_back(store):
+    await store.put(meta(version=1), b"h", {"run": "h-a"}, [blob("a")], expected_version=None)
+    await store.put(meta(version=2), b"h", {"run": "h-b"}, [blob("b")], expected_version=1)
+    await store.delete("run-1")
+    with pytest.raises(CheckpointNotFound, match="deleted or expired"):
+        await store.put(meta(version=3), b"h", {"run": "h-c"}, [blob("c")], expected_version=2)
+    assert await store.history("run-1") == []
+
+
+async def test_a_first_write_conflicts_even_when_version_1_was_pruned(store):
+    for v in (1, 2, 3):
+        await store.put(meta(version=v), b"h", {"run": f"h-{v}"}, [blob(str(v))], expected_version=v - 1 or None)
+    await store.prune("run-1", keep_last=1)
+    with pytest.raises(CheckpointConflict):
+        await store.put(meta(version=1), b"h", {"run": "h-x"}, [blob("x")], expected_version=None)
+
+
+async def test_a_put_pointing_at_pruned_blobs_is_refused(store):
+    await store.put(meta(version=1), b"h", {"run": "h-a", "s:x": "h-A"}, [blob("a"), blob("A")],
+                    expected_version=None)
+    await store.put(meta(version=2), b"h", {"run": "h-b", "s:x": "h-B"}, [blob("b"), blob("B")],
+                    expected_version=1)
+    await store.prune("run-1", keep_last=1)  # 'h-A' is reached by no remaining version: deleted
+    with pytest.raises(MissingBlobs) as missing:  # a writer that remembers 'h-A' as stored
+        await store.put(meta(version=3), b"h", {"run": "h-c", "s:x": "h-A"}, [blob("c")], expected_version=2)
+    assert missing.value.hashes == ["h-A"]
+    with pytest.raises(MissingBlobs):  # a segment whose parent is gone
+        await store.put(meta(version=3), b"h", {"run": "h-c"}, [blob("c", parent="h-A")], expected_version=2)
+    assert (await store.get("run-1")).meta.version == 2  # nothing was written
+
+
+async def test_origin_is_kept(store):
+    await store.put(meta(version=1, origin="other@4"), b"h", {}, [], expected_version=None)
+    assert (await store.history("run-1"))[0].origin == "other@4"
+    assert (await store.get("run-1")).meta.origin == "other@4"
 
 
 async def test_delete(store):
@@ -210,3 +276,27 @@ def test_sqlstore_survives_sync_invoke_on_fresh_event_loops(tmp_path):
     g.add_edge("a", END)
     app = g.compile(store=SQLStore(f"sqlite+aiosqlite:///{tmp_path / 'loops.db'}"))
     assert [app.invoke(i, checkpoint_id=f"r{i}") for i in range(3)] == [1, 2, 3]  # three loops, one store
+
+
+def test_a_version_1_database_is_migrated_in_place(tmp_path):
+    """A file written before `origin` existed opens, gains the column, and keeps its runs."""
+    import sqlite3
+
+    from stores_v1 import create_v1_database
+
+    path = tmp_path / "v1.db"
+    create_v1_database(path)
+
+    async def main():
+        store = SQLiteStore(path)
+        old = await store.history("old-run")
+        await store.put(meta("new-run", origin="old-run@1"), b"h", {}, [], expected_version=None)
+        new = await store.history("new-run")
+        await store.close()
+        return old, new
+
+    old, new = asyncio.run(main())
+    assert [m.version for m in old] == [1] and old[0].origin is None
+    assert new[0].origin == "old-run@1"
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT version FROM waypoint_schema").fetchall() == [(2,)]

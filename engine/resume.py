@@ -144,7 +144,7 @@ def get_interrupt_state(T: Any = None) -> tuple[bool, bool, Any]:
     Only a paused task that runs again sees its pause; a later pass through the same point does not.
     """
     scope = _scope_or_error("get_interrupt_state")
-    record = scope.resumed.get(scope.address)
+    record = scope.resumed.get(scope.address) if scope.resumed else None
     if record is None:
         return False, False, None
     if not record.has_state:
@@ -165,7 +165,7 @@ def get_resume_context(T: Any = None) -> tuple[bool, bool, Any]:
     if own in request.data:
         data = request.data[own]
         return True, data is not None, _convert(data, T)
-    resumed = scope.resumed
+    resumed = scope.resumed or {}
     if own in request.ids or request.everything and scope.address in resumed:
         return True, False, None
     below = scope.address + ";"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ class TaskScope:
     path: tuple[str, ...]
     address: str
     resume: Any = None
-    resumed: dict[str, Any] = field(default_factory=dict)
+    resumed: Mapping[str, Any] | None = None
 
 
 _TASK: ContextVar[TaskScope | None] = ContextVar("waypoint_task", default=None)

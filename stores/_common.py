@@ -39,8 +39,11 @@ def check_newest(checkpoint_id: str, newest: int | None, expected_version: int |
 def needed_blobs(parts: Mapping[str, str], blobs: Sequence[Blob]) -> set[str]:
     """Blobs a put points at (part heads, parents of new segments) without carrying them."""
     carried = {b.hash for b in blobs}
-    wanted = set(parts.values()) | {b.parent for b in blobs if b.parent is not None}
-    return wanted - carried
+    needed = {h for h in parts.values() if h not in carried}
+    for b in blobs:
+        if b.parent is not None and b.parent not in carried:
+            needed.add(b.parent)
+    return needed
 
 
 def check_limit(limit: int | None, what: str) -> None:

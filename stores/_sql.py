@@ -153,17 +153,19 @@ def put(db: DB, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], b
         expected_version: int | None) -> None:
     check_put(meta, expected_version)
     cid = meta.checkpoint_id
-    newest = db.rows("SELECT MAX(version) FROM waypoint_checkpoints WHERE checkpoint_id = :c", {"c": cid})
-    check_newest(cid, newest[0][0] if newest else None, expected_version)
     needed = sorted(needed_blobs(parts, blobs))
-    if needed:
-        params: dict[str, Any] = {f"h{i}": h for i, h in enumerate(needed)}
-        params["c"] = cid
-        names = ", ".join(f":h{i}" for i in range(len(needed)))
-        found = {h for (h,) in db.rows(
-            f"SELECT hash FROM waypoint_blobs WHERE checkpoint_id = :c AND hash IN ({names})", params)}
-        if len(found) < len(needed):
-            raise MissingBlobs(cid, set(needed) - found)
+    params: dict[str, Any] = {f"h{i}": h for i, h in enumerate(needed)}
+    params["c"] = cid
+    in_needed = f"FROM waypoint_blobs WHERE checkpoint_id = :c AND hash IN ({', '.join(f':h{i}' for i in range(len(needed)))})"
+    newest_sql = "SELECT MAX(version) FROM waypoint_checkpoints WHERE checkpoint_id = :c"
+    if needed:  # one round trip for both checks
+        newest, found = db.rows(f"SELECT ({newest_sql}), (SELECT COUNT(*) {in_needed})", params)[0]
+    else:
+        newest, found = db.rows(newest_sql, params)[0][0], 0
+    check_newest(cid, newest, expected_version)
+    if found < len(needed):
+        present = {h for (h,) in db.rows(f"SELECT hash {in_needed}", params)}
+        raise MissingBlobs(cid, set(needed) - present)
     if blobs:
         db.many(
             "INSERT INTO waypoint_blobs (checkpoint_id, hash, parent, data) VALUES (:c, :h, :p, :d) "

@@ -30,7 +30,7 @@ class MemoryStore:
         if not versions:
             return None
         if version is None:
-            version = max(versions)
+            version = _newest(versions)
         row = versions.get(version)
         if row is None:
             return None
@@ -51,7 +51,7 @@ class MemoryStore:
         check_put(meta, expected_version)
         cid = meta.checkpoint_id
         versions = self._versions.get(cid) or {}
-        check_newest(cid, max(versions) if versions else None, expected_version)
+        check_newest(cid, _newest(versions) if versions else None, expected_version)
         stored = self._blobs.get(cid, {})
         missing = {h for h in needed_blobs(parts, blobs) if h not in stored}
         if missing:
@@ -66,7 +66,7 @@ class MemoryStore:
 
     async def renew_lease(self, checkpoint_id: str, version: int, owner: str, expires: float) -> bool:
         versions = self._versions.get(checkpoint_id) or {}
-        if not versions or max(versions) != version:
+        if not versions or _newest(versions) != version:
             return False
         meta, header, parts = versions[version]
         if meta.lease_owner != owner:
@@ -96,7 +96,7 @@ class MemoryStore:
         check_status(status)
         check_limit(limit, "list()")
         after = cursor(before)
-        newest = [v[max(v)][0] for v in self._versions.values() if v]
+        newest = [v[_newest(v)][0] for v in self._versions.values() if v]
         rows = [m for m in newest if (status is None or m.status == status)
                 and (after is None or (m.updated_at, m.checkpoint_id) < (after[0], after[1] or ""))]
         rows.sort(key=lambda m: (m.updated_at, m.checkpoint_id), reverse=True)
@@ -130,13 +130,18 @@ class MemoryStore:
     async def expire(self, *, older_than: float | None = None, now: float | None = None) -> list[str]:
         cutoff = (time.time() if now is None else now) - self.expiry.older_than(older_than)
         gone = [cid for cid, v in self._versions.items()
-                if v and v[max(v)][0].status == "interrupted" and v[max(v)][0].updated_at < cutoff]
+                if v and v[_newest(v)][0].status == "interrupted" and v[_newest(v)][0].updated_at < cutoff]
         for cid in gone:
             await self.delete(cid)
         return gone
 
     async def close(self) -> None:
         return None
+
+
+def _newest(versions: dict[int, object]) -> int:
+    """The highest version: versions are only ever added in increasing order, so it is the last key."""
+    return next(reversed(versions))
 
 
 def _chain(blobs: dict[str, Blob], head: str) -> list[Blob]:

@@ -287,3 +287,28 @@ async def test_unknown_interrupt_message_lists_static_and_dynamic_ids():
         await app.ainvoke(1, checkpoint_id="u")
     with pytest.raises(UnknownInterrupt, match=paused.value.info.contexts[0].id):
         await app.ainvoke(None, checkpoint_id="u")
+
+
+@pytest.mark.parametrize("durability", ["step", "exit"])
+async def test_a_long_step_keeps_its_lease_on_every_store(store, durability):
+    """The lease is renewed from another thread (and event loop) than the run's: every store must allow it."""
+    started = asyncio.Event()
+
+    async def long_step(x):
+        started.set()
+        await asyncio.sleep(0.9)
+        return x
+
+    g = Graph(name="long")
+    g.add_node("long", long_step)
+    g.add_edge(START, "long")
+    g.add_edge("long", END)
+    app = g.compile(store=store, lease_seconds=0.3, durability=durability)
+    # force_new_run writes the claim in every durability mode, so there is a lease to watch
+    task = asyncio.ensure_future(app.ainvoke(1, checkpoint_id="L2", force_new_run=True))
+    await started.wait()
+    for _ in range(3):
+        await asyncio.sleep(0.25)
+        meta = (await store.history("L2"))[0]
+        assert meta.status == "running" and meta.lease_expires > time.time(), meta
+    assert await task == 1

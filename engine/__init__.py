@@ -17,6 +17,7 @@ from .errors import (
     GraphRunError,
     MaxIterationsExceeded,
     MaxStepsExceeded,
+    ModelError,
     NodeError,
     SerializationError,
     UnknownInterrupt,
@@ -87,4 +88,5 @@ __all__ = [
     "CheckpointCorrupted",
     "UnknownInterrupt",
     "SerializationError",
+    "ModelError",
 ]

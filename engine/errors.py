@@ -14,7 +14,8 @@
     │   ├── CheckpointNotFound     no such checkpoint
     │   ├── CheckpointCorrupted    stored bytes fail their checksum or do not decode
     │   └── UnknownInterrupt       resume named an interrupt that is not pending
-    └── SerializationError         a value cannot be written by the codec
+    ├── SerializationError         a value cannot be written by the codec
+    └── ModelError                 a chat model call failed; .status, .retryable
 
 The interrupt signals a node raises (`Interrupt`, …) are *not* errors: they live in
 `interrupts.py` and derive from `BaseException` so that `except Exception` in user code
@@ -42,6 +43,7 @@ __all__ = [
     "CheckpointCorrupted",
     "UnknownInterrupt",
     "SerializationError",
+    "ModelError",
 ]
 
 
@@ -128,3 +130,16 @@ class UnknownInterrupt(CheckpointError):
 
 class SerializationError(WaypointError):
     """A value cannot be encoded (an unregistered type, say); raised when writing, never when reading."""
+
+
+class ModelError(WaypointError):
+    """A chat model call failed. `status` is the HTTP status (None without one); `retryable` is True for
+    429, 5xx, timeouts and dropped connections — what a retry policy may try again. The message names
+    the model and the server, never a key."""
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False,
+                 model: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+        self.model = model

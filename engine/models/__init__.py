@@ -1,0 +1,43 @@
+"""Chat models and messages: `ChatModel`, `OpenAIChatModel`, `ScriptedChatModel`, `OfflineModel`,
+`model_from_env()`, and the message schema (`Message`, `ToolCall`, `Usage`, `ToolInfo`).
+
+`openai` is imported only when an `OpenAIChatModel` is created.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import ChatModel, ToolChoice
+from .schema import Message, ToolCall, ToolInfo, Usage, as_messages, concat_messages
+
+_LAZY = {
+    "OpenAIChatModel": ".openai",
+    "ScriptedChatModel": ".scripted",
+    "OfflineModel": ".offline",
+    "model_from_env": ".offline",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from importlib import import_module
+
+        return getattr(import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module 'waypoint.engine.models' has no attribute {name!r}")
+
+
+__all__ = [
+    "ChatModel",
+    "ToolChoice",
+    "Message",
+    "ToolCall",
+    "ToolInfo",
+    "Usage",
+    "as_messages",
+    "concat_messages",
+    "OpenAIChatModel",
+    "ScriptedChatModel",
+    "OfflineModel",
+    "model_from_env",
+]

@@ -318,7 +318,8 @@ def _position_to_plain(pos: RunPosition) -> dict[str, Any]:
     return {
         "step": pos.step, "pending": pos.pending, "inbox": pos.inbox, "skipped": pos.skipped,
         "interrupts": {k: _record_to_plain(r) for k, r in pos.interrupts.items()},
-        "before": pos.paused_before, "after": pos.paused_after, "released": pos.released, "done": pos.done,
+        "before": pos.paused_before, "after": pos.paused_after, "released": pos.released, "ledger": pos.ledger,
+        "done": pos.done,
         "output": pos.output,
     }
 
@@ -335,7 +336,8 @@ def _position_from_plain(d: dict[str, Any]) -> RunPosition:
     return RunPosition(
         step=d["step"], pending=d["pending"], inbox=d["inbox"], skipped=d["skipped"],
         interrupts={k: _record_from_plain(v) for k, v in d["interrupts"].items()},
-        paused_before=d["before"], paused_after=d["after"], released=d.get("released", []), done=d["done"],
+        paused_before=d["before"], paused_after=d["after"], released=d.get("released", []),
+        ledger=d.get("ledger", 0), done=d["done"],
         output=d["output"], state=d.get("state"),
     )
 

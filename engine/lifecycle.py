@@ -162,12 +162,15 @@ class _Session:
         self._check_graph(loaded)
         self._check_resume(loaded, request)
         run.restore(loaded.position, request)
+        if run.pos.ledger == 0:  # written before ledger epochs, or in a mode that keeps none
+            run.pos.ledger = (self.cp.version or 0) + 1
         if self.source != self.target or opts.version is not None:
             self.cp.origin = f"{self.source}@{loaded.meta.version}"
         await self._save(run, "running")  # the claim: compare-and-set before any node runs
 
     async def _start_new(self, run: Run, input: Any, *, fresh: bool) -> None:
         run.start(input)
+        run.pos.ledger = (self.cp.version or 0) + 1  # the claim's version: this run's first ledger page
         if fresh:  # a new run on an ID that held one: its own created_at (the old versions stay history)
             self.cp.created_at = None
         if self.durability == "step" or self.opts.force_new_run:
@@ -289,6 +292,9 @@ class _Session:
         run.checkpoint = self._on_step if self.durability == "step" else self._remember
         if self.durability != "step":
             await self._remember(run, "start")
+        else:
+            cp, pos = self.cp, run.pos
+            run.ledger = lambda: (cp.store, cp.serializer, cp.checkpoint_id, pos.ledger)
         if self.last_status == "running":
             self.lease = LeaseKeeper(self.cp.store, self.target, self.cp.owner, self.cp.lease_seconds,
                                      lambda: self.cp.version)
@@ -323,6 +329,8 @@ class _Session:
     async def _on_step(self, run: Run, reason: str) -> None:
         # A paused task's siblings may still run: the run is `interrupted` only once it stops.
         status = "interrupted" if reason == "pause" else "completed" if run.pos.done else "running"
+        if self.graph.trigger == "any":  # a new step begins: a fresh ledger page (a DAG runs each node once)
+            run.pos.ledger = (self.cp.version or 0) + 1
         await self._save(run, status)
 
     async def _remember(self, run: Run, reason: str) -> None:

@@ -14,6 +14,7 @@ after a step and reading it back in another process is all a resume needs:
 - `paused_before` / `paused_after`: nodes a static `interrupt_before` / `interrupt_after` stopped at.
 - `released`: nodes whose `interrupt_before` pause a resume has passed; they start without pausing
   again until they finish (stored, so a crash inside a released node does not ask again).
+- `ledger`: the root run's ledger epoch — the version at which the current step began (engine/task.py).
 - `output` and `done` once the run has reached END.
 """
 
@@ -50,5 +51,6 @@ class RunPosition:
     paused_before: list[str] = field(default_factory=list)
     paused_after: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
+    ledger: int = 0
     done: bool = False
     output: Any = None

@@ -85,6 +85,7 @@ class Run:
         self.resumed: dict[str, InterruptRecord] = {}  # address -> what paused there; consumed by its task
         self.halted = False  # something paused during this execution: start no new DAG task
         self.before_step: Callable[[], None] | None = None  # raises to stop (the run's lease was lost)
+        self.ledger: Callable[[], tuple] | None = None  # (store, serializer, id, epoch) for task_ledger()
         self._pause_saved = False
 
     # --- phase 1: start or restore ---------------------------------------------------------------
@@ -507,6 +508,7 @@ class Run:
             node.subgraph, path=path, address=f"{self.address};node:{node.key}", emitter=self.emitter,
             streaming=self.streaming, parent_state=self.pos.state,
         )
+        child.ledger = self.ledger
         saved = self.pos.interrupts.get(node.key)
         if saved is not None and saved.child is not None:
             child.restore(saved.child, self.resume)

@@ -24,7 +24,9 @@ Guarantees every store gives (tests/store_contract.py checks them on every store
    (ties by checkpoint ID, descending), filtered by status, paged with `before`: the last
    `CheckpointMeta` of the previous page (or an `updated_at` time). A negative limit is a `ValueError`.
 5. `prune` never deletes the newest version of a run (the one a pending interrupt or a resume
-   needs), nor a blob that a remaining version still reaches, nor the ledger of a remaining version.
+   needs), nor a blob that a remaining version still reaches, nor the ledger of a remaining version;
+   while the newest version is `running` or `failed` it deletes no ledger entries at all (a step run
+   again after a crash or a failure reads the page of the version it began at).
 6. Stores are safe for concurrent runs in one process and for several processes on one database.
 7. `renew_lease` may be called from another thread (with its own event loop) than the run's.
 """

@@ -10,6 +10,11 @@ from waypoint.engine.errors import CheckpointConflict, CheckpointNotFound
 from waypoint.engine.store import STATUSES, Blob, CheckpointMeta
 
 
+LEDGER_NEEDED = ("running", "failed")
+"""While a run's newest version has one of these statuses, a step may be re-run and need its ledger:
+`prune` keeps the ledger of such a run (the ledger page of a step is keyed by an older version)."""
+
+
 def check_put(meta: CheckpointMeta, expected_version: int | None) -> None:
     """Reject a put whose version does not follow the expected one (a caller bug, not a conflict)."""
     want = (expected_version or 0) + 1

@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 from waypoint.engine.errors import CheckpointConflict, CheckpointError
 from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, MissingBlobs, RunStatus
 
-from ._common import Expiry, check_limit, check_newest, check_put, check_status, conflict_message, cursor, needed_blobs
+from ._common import LEDGER_NEEDED, Expiry, check_limit, check_newest, check_put, check_status, conflict_message, cursor, needed_blobs
 
 SCHEMA_VERSION = 2
 T = TypeVar("T")
@@ -249,8 +249,11 @@ def prune(db: DB, checkpoint_id: str, keep_last: int) -> int:
     if not keep_from or keep_from[0][0] is None:
         return 0
     params["v"] = keep_from[0][0]
+    newest = db.rows("SELECT status FROM waypoint_checkpoints WHERE checkpoint_id = :c ORDER BY version DESC "
+                     "LIMIT 1", params)
     dropped = db.run("DELETE FROM waypoint_checkpoints WHERE checkpoint_id = :c AND version < :v", params)
-    db.run("DELETE FROM waypoint_ledger WHERE checkpoint_id = :c AND version < :v", params)
+    if newest and newest[0][0] not in LEDGER_NEEDED:
+        db.run("DELETE FROM waypoint_ledger WHERE checkpoint_id = :c AND version < :v", params)
     # Keep every blob some remaining version still reaches (heads and their whole chains).
     heads: set[str] = set()
     for (parts,) in db.rows("SELECT parts FROM waypoint_checkpoints WHERE checkpoint_id = :c", params):

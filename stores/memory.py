@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 
 from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, MissingBlobs, RunStatus
 
-from ._common import Expiry, check_limit, check_newest, check_put, check_status, cursor, needed_blobs
+from ._common import LEDGER_NEEDED, Expiry, check_limit, check_newest, check_put, check_status, cursor, needed_blobs
 
 __all__ = ["MemoryStore"]
 
@@ -115,9 +115,12 @@ class MemoryStore:
             return 0
         keep = sorted(versions, reverse=True)[: max(1, keep_last)]
         dropped = [v for v in versions if v not in keep]
+        drop_ledger = versions[_newest(versions)][0].status not in LEDGER_NEEDED
         for v in dropped:
             del versions[v]
-            self._ledger.pop((checkpoint_id, v), None)
+        if drop_ledger:
+            for key in [k for k in self._ledger if k[0] == checkpoint_id and k[1] < min(keep)]:
+                del self._ledger[key]
         blobs = self._blobs.get(checkpoint_id, {})
         live: set[str] = set()
         for _, _, parts in versions.values():

@@ -185,8 +185,8 @@ async def test_prune_keeps_newest_and_every_blob_it_reaches(store):
                     expected_version=None)
     await store.put(meta(version=2), b"h", {"run": "h-mid", "s:m": "h-s1"}, [blob("mid"), blob("s1", "h-root")],
                     expected_version=1)
-    await store.put(meta(version=3), b"h", {"run": "h-new", "s:m": "h-s2"}, [blob("new"), blob("s2", "h-s1")],
-                    expected_version=2)
+    await store.put(meta(version=3, status="interrupted"), b"h", {"run": "h-new", "s:m": "h-s2"},
+                    [blob("new"), blob("s2", "h-s1")], expected_version=2)
     await store.record_call("run-1", 1, "c", b"old")
     await store.record_call("run-1", 3, "c", b"new")
     assert await store.prune("run-1", keep_last=0) == 2  # never below one version
@@ -197,6 +197,17 @@ async def test_prune_keeps_newest_and_every_blob_it_reaches(store):
     assert await store.recorded_calls("run-1", 3) == {"c": b"new"}
     assert await store.recorded_calls("run-1", 1) == {}
     assert await store.get("run-1", 1) is None
+
+
+@pytest.mark.parametrize("status", ["running", "failed"])
+async def test_prune_keeps_the_ledger_of_a_run_that_may_rerun_a_step(store, status):
+    """A step's ledger page is keyed by the version the step began at, older than a crash's claims."""
+    for v in (1, 2, 3):
+        await store.put(meta(version=v, status=status if v == 3 else "running"), b"h", {}, [],
+                        expected_version=v - 1 or None)
+    await store.record_call("run-1", 1, "tools|call_1", b"done before the crash")
+    await store.prune("run-1", keep_last=1)
+    assert await store.recorded_calls("run-1", 1) == {"tools|call_1": b"done before the crash"}
 
 
 async def test_expire_removes_only_old_interrupted_runs(store):

@@ -1,0 +1,68 @@
+"""What code inside a running task may do beyond returning its output.
+
+- `emit_chunk(data)`: publish a chunk the moment it exists. Callbacks and `aevents()` receive it as a
+  `chunk` event of this node at once, whatever the node's output is (how an agent's model streams its
+  tokens to the caller while the engine stores only the whole message).
+- `task_ledger()`: results the task records the moment each exists (`durability="step"` with a store),
+  so that the task, run again after a crash or a pause, finds them and does not redo that work (how a
+  tools node keeps a finished tool call from running twice). None when the run records nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .events import Event
+from .scope import current_task
+
+__all__ = ["emit_chunk", "task_ledger", "TaskLedger"]
+
+
+async def emit_chunk(data: Any) -> None:
+    """Publish `data` as a `chunk` event of the calling node (no-op when nobody listens)."""
+    scope = current_task()
+    if scope is None:
+        raise RuntimeError("emit_chunk() must be called inside a running node")
+    emitter = scope.run.emitter
+    if emitter.wants("chunk"):
+        await emitter.emit(Event("chunk", scope.path, data, scope.run.pos.step))
+
+
+class TaskLedger:
+    """The ledger entries of one task (its address) in the step it runs in.
+
+    Entries live in the store's ledger (`record_call` / `recorded_calls`), keyed by the run's ledger
+    epoch — the version at which the current step began, carried in the stored position — and by
+    `<task address>|<key>`. A task run again in the same step (after a crash or a pause) sees what it
+    recorded before; the next step starts an empty page.
+    """
+
+    def __init__(self, store: Any, serializer: Any, checkpoint_id: str, epoch: int, address: str) -> None:
+        self.store = store
+        self.serializer = serializer
+        self.checkpoint_id = checkpoint_id
+        self.epoch = epoch
+        self.prefix = f"{address}|"
+
+    async def recorded(self) -> dict[str, Any]:
+        """Every entry this task recorded in this step: key -> value."""
+        rows = await self.store.recorded_calls(self.checkpoint_id, self.epoch)
+        n = len(self.prefix)
+        return {k[n:]: self.serializer.loads(v) for k, v in rows.items() if k.startswith(self.prefix)}
+
+    async def record(self, key: str, value: Any) -> bool:
+        """Record `value` under `key` unless an entry is there already; True if this call wrote it."""
+        data = self.serializer.dumps(value, root=f"ledger entry '{key}' of run '{self.checkpoint_id}'")
+        return await self.store.record_call(self.checkpoint_id, self.epoch, self.prefix + key, data)
+
+
+def task_ledger() -> TaskLedger | None:
+    """The calling task's ledger, or None (no store, or a durability mode that writes only at the end)."""
+    scope = current_task()
+    if scope is None:
+        raise RuntimeError("task_ledger() must be called inside a running node")
+    source = scope.run.ledger
+    if source is None:
+        return None
+    store, serializer, checkpoint_id, epoch = source()
+    return TaskLedger(store, serializer, checkpoint_id, epoch, f"{scope.run.address};node:{scope.node}")

@@ -23,14 +23,13 @@ if TYPE_CHECKING:
 
 import msgpack
 
-from .errors import CheckpointCorrupted, SerializationError
+from .errors import CheckpointCorrupted, SerializationError, clip
 
 __all__ = [
     "BUILTIN_BUILDERS",
     "BUILTIN_ENCODERS",
     "builtin_encoder",
     "check_hashes",
-    "clip",
     "ExtCode",
     "Marker",
     "M_REGISTERED",
@@ -59,11 +58,6 @@ def _pydantic() -> Any:
 def _is_model(cls: type, root: bool = False) -> bool:
     pd = _pydantic()
     return pd is not None and issubclass(cls, pd.RootModel if root else pd.BaseModel)
-
-
-def clip(text: str, limit: int = 200) -> str:
-    """`text` cut to `limit` characters: how stored data may appear in an error message."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 MAX_SAME_HASH = 16

@@ -128,3 +128,17 @@ class UnknownInterrupt(CheckpointError):
 
 class SerializationError(WaypointError):
     """A value cannot be encoded (an unregistered type, say); raised when writing, never when reading."""
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """`text` cut to `limit` characters: how stored (untrusted) data may appear in an error message."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe(exc: BaseException) -> str:
+    """`Type: message` of an exception raised while reading stored data, clipped."""
+    try:
+        text = str(exc)
+    except Exception:  # str() of a hostile argument may itself fail (a deeply nested list)
+        text = ""
+    return f"{type(exc).__name__}: {clip(text)}"

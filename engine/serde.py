@@ -46,13 +46,12 @@ from ._serde_types import (
     TypeRegistry,
     Unencodable,
     check_hashes,
-    clip,
     ext_hook,
     locate,
     qualified_name,
     unregistered_reason,
 )
-from .errors import CheckpointCorrupted, SerializationError, WaypointError
+from .errors import CheckpointCorrupted, SerializationError, WaypointError, clip, describe
 
 __all__ = [
     "FORMAT_VERSION",
@@ -170,7 +169,7 @@ class _Codec:
         except WaypointError:
             raise
         except Exception as exc:  # any decoder or constructor failure means the bytes are bad
-            raise CheckpointCorrupted(f"checkpoint body does not decode: {_describe(exc)}") from exc
+            raise CheckpointCorrupted(f"checkpoint body does not decode: {describe(exc)}") from exc
 
     def _unpackb(self, body: Any, **options: Any) -> Any:
         return msgpack.unpackb(
@@ -203,7 +202,7 @@ class _Codec:
         except Exception as exc:  # the class's own constructor/validator rejected the stored data
             raise CheckpointCorrupted(
                 f"stored value of type {name!r} does not rebuild {qualified_name(entry.cls)}: "
-                f"{_describe(exc)} (did the class change since the checkpoint was written?)"
+                f"{describe(exc)} (did the class change since the checkpoint was written?)"
             ) from exc
 
     def explain(self, value: Any, root: str, cause: BaseException) -> SerializationError:
@@ -256,6 +255,11 @@ class Serializer:
         check = "hmac-sha256" if self._key else "crc32"
         header = msgpack.packb({"format": FORMAT_VERSION, "check": check, "enc": encrypt is not None})
         self._head = MAGIC + len(header).to_bytes(2, "big") + header
+
+    @property
+    def signed(self) -> bool:
+        """True when records are signed with an HMAC key (and unsigned ones are refused)."""
+        return self._key is not None
 
     @property
     def registry(self) -> TypeRegistry:
@@ -374,7 +378,7 @@ class Serializer:
             opened = self._decrypt(bytes(body))  # type: ignore[misc]  # callers check it is set
         except Exception as exc:
             raise CheckpointCorrupted(
-                f"the decrypt hook failed ({_describe(exc)}); the record is damaged or was "
+                f"the decrypt hook failed ({describe(exc)}); the record is damaged or was "
                 "encrypted with a different key"
             ) from exc
         if not isinstance(opened, (bytes, bytearray, memoryview)):
@@ -440,15 +444,6 @@ def _check_size(size: int, what: str, root: str) -> None:
             f"cannot write {root}: the {what} would be {size} bytes, over MAX_RECORD_BYTES "
             f"({MAX_RECORD_BYTES} bytes); keep large data outside the run state and store a reference to it"
         )
-
-
-def _describe(exc: BaseException) -> str:
-    """`Type: message` of an exception raised while reading stored data, clipped."""
-    try:
-        text = str(exc)
-    except Exception:  # str() of a hostile argument may itself fail (a deeply nested list)
-        text = ""
-    return f"{type(exc).__name__}: {clip(text)}"
 
 
 def _crc_matches(view: memoryview) -> bool:

@@ -10,9 +10,9 @@ import time
 from collections.abc import Mapping, Sequence
 
 from waypoint.engine.errors import CheckpointConflict
-from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, RunStatus
+from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, RunStatus, version_label
 
-from ._common import Expiry, check_put, check_status, conflict_message
+from ._common import Expiry, chain_from, check_put, check_status, conflict_message, reachable
 
 __all__ = ["MemoryStore"]
 
@@ -37,8 +37,9 @@ class MemoryStore:
             return None
         meta, header, parts = row
         blobs = self._blobs.get(checkpoint_id, {})
+        where = version_label(checkpoint_id, version)
         return Checkpoint(meta=meta, header=header, parts=dict(parts),
-                          chains={name: _chain(blobs, head) for name, head in parts.items()})
+                          chains={name: chain_from(blobs, head, where, name) for name, head in parts.items()})
 
     async def put(
         self,
@@ -112,10 +113,8 @@ class MemoryStore:
             del versions[v]
             self._ledger.pop((checkpoint_id, v), None)
         blobs = self._blobs.get(checkpoint_id, {})
-        live: set[str] = set()
-        for _, _, parts in versions.values():
-            for head in parts.values():
-                live.update(b.hash for b in _chain(blobs, head))
+        heads = [head for _, _, parts in versions.values() for head in parts.values()]
+        live = reachable({h: b.parent for h, b in blobs.items()}, heads)
         for h in [h for h in blobs if h not in live]:
             del blobs[h]
         return len(dropped)
@@ -130,19 +129,6 @@ class MemoryStore:
 
     async def close(self) -> None:
         return None
-
-
-def _chain(blobs: dict[str, Blob], head: str) -> list[Blob]:
-    chain: list[Blob] = []
-    current: str | None = head
-    while current is not None:
-        blob = blobs.get(current)
-        if blob is None:
-            break  # a missing link: the engine reports the chain as corrupted
-        chain.append(blob)
-        current = blob.parent
-    chain.reverse()
-    return chain
 
 
 def _replace(meta: CheckpointMeta, **changes) -> CheckpointMeta:

@@ -52,9 +52,11 @@ def test_engine_does_not_import_outer_layers():
             assert f"import {layer}" not in text and f"from {layer}" not in text, (path, layer)
 
 
-def test_cli_demo_runs():
+def test_cli_demo_runs(tmp_path):
+    # A fresh directory: the demo keeps its database under ./.waypoint/, and a shared /tmp may hold
+    # one written by another checkout (another schema version).
     out = subprocess.run([str(Path(sys.executable).parent / "waypoint"), "demo"], capture_output=True,
-                         text=True, timeout=60, cwd="/tmp")
+                         text=True, timeout=60, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "Escalated 'The site is down!'" in out.stdout
 

@@ -274,7 +274,9 @@ class Serializer:
         would be larger than `MAX_RECORD_BYTES`.
         """
         body = self._seal(self._encode(value, root))
-        _check_size(len(self._head) + len(body) + self._trailer_len, "record", root)
+        size = len(self._head) + len(body) + (4 if self._key is None else 32)
+        if size > MAX_RECORD_BYTES:
+            raise _too_large(size, "record", root)
         return b"".join((self._head, body, self._trailer(self._head, body)))
 
     def loads(self, data: bytes | bytearray | memoryview) -> Any:
@@ -318,7 +320,9 @@ class Serializer:
         configured the same way. Raises `SerializationError` like `dumps`.
         """
         body = self._seal(self._encode(value, root))
-        _check_size(len(body) + (0 if self._key is None else 32), "value blob", root)
+        size = len(body) if self._key is None else len(body) + 32
+        if size > MAX_RECORD_BYTES:
+            raise _too_large(size, "value blob", root)
         return body if self._key is None else body + self._trailer(_VALUE_DOMAIN, body)
 
     def decode_value(self, data: bytes | bytearray | memoryview) -> Any:
@@ -359,7 +363,8 @@ class Serializer:
             data = self._codec.pack(value)
         except Exception as exc:  # unregistered type, cycle, too deep, ...: explain with a path
             raise self._codec.explain(value, root, exc) from (None if isinstance(exc, Unencodable) else exc)
-        _check_size(len(data), "value", root)
+        if len(data) > MAX_RECORD_BYTES:  # every writer refuses what every reader would refuse
+            raise _too_large(len(data), "value", root)
         return data
 
     def _seal(self, body: bytes) -> bytes:
@@ -438,12 +443,11 @@ def _as_view(data: Any) -> memoryview:
     return memoryview(data).cast("B")
 
 
-def _check_size(size: int, what: str, root: str) -> None:
-    if size > MAX_RECORD_BYTES:
-        raise SerializationError(
-            f"cannot write {root}: the {what} would be {size} bytes, over MAX_RECORD_BYTES "
-            f"({MAX_RECORD_BYTES} bytes); keep large data outside the run state and store a reference to it"
-        )
+def _too_large(size: int, what: str, root: str) -> SerializationError:
+    return SerializationError(
+        f"cannot write {root}: the {what} would be {size} bytes, over MAX_RECORD_BYTES "
+        f"({MAX_RECORD_BYTES} bytes); keep large data outside the run state and store a reference to it"
+    )
 
 
 def _crc_matches(view: memoryview) -> bool:

@@ -77,6 +77,9 @@ def test_pip_install_works_and_installs_no_bare_modules(tmp_path, editable):
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
+    # pip shows the build backend's warnings; a fresh machine's setuptools must find nothing deprecated
+    # (the license used to be a TOML table, which setuptools >= 77 warns about).
+    assert "deprecat" not in (res.stdout + res.stderr).lower(), res.stderr[-2000:]
     probe = (
         "import importlib.util, waypoint.engine, waypoint.stores, waypoint.middleware, waypoint.cmd;"
         "from waypoint.engine import Graph, START, END;"
@@ -90,3 +93,12 @@ def test_pip_install_works_and_installs_no_bare_modules(tmp_path, editable):
     assert (value, no_engine, no_stores) == ("42", "True", "True")
     assert "/lib/python3" in cmd_file  # `cmd` is still the standard library's
     assert (venv / "bin" / "waypoint").exists()
+
+
+def test_python_m_pytest_runs_from_the_repository_root():
+    """`python -m` puts the root first on sys.path, where `cmd/` would shadow the standard library's
+    `cmd` (pdb imports it, pytest imports pdb): tests/conftest.py imports the real one first."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "tests/test_package.py"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert "test_python_m_pytest_runs_from_the_repository_root" in out.stdout

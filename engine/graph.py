@@ -1,6 +1,6 @@
 """Building a graph: `Graph`, `START`, `END`, nodes, edges, branches, and the compile-time checks.
 
-The builder is mutable until `compile()`; compiling checks the whole graph (DESIGN §2) and
+The builder is mutable until `compile()`; compiling checks the whole graph and
 returns an immutable `CompiledGraph`. Mistakes visible from one call (a duplicate node, a
 reserved name) raise at that call; mistakes only visible in the whole graph (an unknown node in
 an edge, no path to END, a cycle in a DAG) raise at `compile()`. All raise `GraphBuildError`.

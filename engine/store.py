@@ -35,7 +35,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from .errors import clip
 
 __all__ = ["CheckPointStore", "CheckpointMeta", "Checkpoint", "Blob", "RunStatus", "MAX_PARTS", "MAX_PART_NAME",
-           "MAX_HASH", "MAX_CHAIN"]
+           "MAX_HASH", "MAX_CHAIN", "meta_problem", "parts_problem", "version_label"]
 
 RunStatus = Literal["running", "interrupted", "completed", "failed"]
 STATUSES: tuple[str, ...] = ("running", "interrupted", "completed", "failed")

@@ -312,8 +312,8 @@ class Checkpointer:
         differ = [name for i, name in enumerate(_BOUND) if type(bound) is not list or len(bound) != len(expected)
                   or bound[i] != expected[i]]
         raise CheckpointCorrupted(
-            f"{where}: its header was written for a different run or version (its {', '.join(differ)} "
-            f"differ from the stored row's): the rows were moved, replayed or altered; {_RESTORE}"
+            f"{where}: its header was written for a different run or version (fields that differ from the "
+            f"stored row: {', '.join(differ)}); the rows were moved, replayed or altered; {_RESTORE}"
         )
 
     def _verify_chain(self, name: str, head: str, chain: Any, where: str) -> None:

@@ -193,7 +193,9 @@ class _Codec:
     def _build_registered(self, items: list[Any]) -> Any:
         _, name, data = items
         if type(name) is not str:
-            raise CheckpointCorrupted(f"checkpoint body names a registered type with a {type(name).__name__}, not a str")
+            raise CheckpointCorrupted(
+                f"checkpoint body names a registered type with a {type(name).__name__}, not a str"
+            )
         entry = self.registry.entry_named(name)
         if entry is None:
             raise UnknownType(name)

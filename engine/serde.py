@@ -119,6 +119,13 @@ class _Codec:
     def __init__(self, registry: TypeRegistry) -> None:
         self.registry = registry
         self._local = threading.local()
+        self._options = {
+            "ext_hook": ext_hook,
+            "list_hook": self._list_hook,
+            "raw": False,
+            "unicode_errors": "surrogatepass",
+            "timestamp": 1,  # a stray msgpack timestamp decodes to a plain float, never a foreign type
+        }
 
     def default(self, obj: Any) -> Any:
         """msgpack's hook for everything it does not pack natively (strict_types: subclasses too)."""
@@ -161,26 +168,15 @@ class _Codec:
         """
         try:
             try:
-                return self._unpackb(body, strict_map_key=True)
+                return msgpack.unpackb(body, strict_map_key=True, **self._options)
             except ValueError as exc:
                 if "map key" not in str(exc):
                     raise
-            return self._unpackb(body, strict_map_key=False, object_pairs_hook=_checked_map)
+            return msgpack.unpackb(body, strict_map_key=False, object_pairs_hook=_checked_map, **self._options)
         except WaypointError:
             raise
         except Exception as exc:  # any decoder or constructor failure means the bytes are bad
             raise CheckpointCorrupted(f"checkpoint body does not decode: {describe(exc)}") from exc
-
-    def _unpackb(self, body: Any, **options: Any) -> Any:
-        return msgpack.unpackb(
-            body,
-            ext_hook=ext_hook,
-            list_hook=self._list_hook,
-            raw=False,
-            unicode_errors="surrogatepass",
-            timestamp=1,  # a stray msgpack timestamp decodes to a plain float, never a foreign type
-            **options,
-        )
 
     def _list_hook(self, items: list[Any]) -> Any:
         if not items or type(items[0]) is not Marker:

@@ -261,11 +261,12 @@ class Checkpointer:
         if problem is not None:
             raise CheckpointCorrupted(f"{where}: {problem}; {_RESTORE}")
         content = self._read_header(record, where)
+        lists = set(content["lists"])
         values: dict[str, Any] = {}
         for name, head in record.parts.items():
             chain = record.chains.get(name) or ()
             self._verify_chain(name, head, chain, where)
-            values[name] = self._decode_list(name, head, chain, where) if name in content["lists"] \
+            values[name] = self._decode_list(name, head, chain, where) if name in lists \
                 else self._decode_whole(name, head, chain, where)
         try:
             position = _position_from_plain(values.pop("run"))

@@ -20,7 +20,7 @@ Checks (any failure prints FAIL to stderr and reports an error instead of figure
 A 5-run warm-up on another file comes first (lazy imports, first statements).
 
 LangGraph: not run ("n/a"): it has no compare-and-set on its checkpoints, so "exactly once" under
-concurrency is not something it claims (BENCHMARKS.md).
+concurrency is not something it claims.
 
     python -m bench.b5_concurrent --impl waypoint --case sqlite
 """

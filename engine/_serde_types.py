@@ -23,12 +23,13 @@ if TYPE_CHECKING:
 
 import msgpack
 
-from .errors import CheckpointCorrupted, SerializationError
+from .errors import CheckpointCorrupted, SerializationError, clip
 
 __all__ = [
     "BUILTIN_BUILDERS",
     "BUILTIN_ENCODERS",
     "builtin_encoder",
+    "check_hashes",
     "ExtCode",
     "Marker",
     "M_REGISTERED",
@@ -57,6 +58,28 @@ def _pydantic() -> Any:
 def _is_model(cls: type, root: bool = False) -> bool:
     pd = _pydantic()
     return pd is not None and issubclass(cls, pd.RootModel if root else pd.BaseModel)
+
+
+MAX_SAME_HASH = 16
+"""A decoded map or set may hold at most this many keys with one hash value. Each key that shares
+a hash is compared with every earlier one, so a record of colliding keys (big ints `n + k * (2**61 - 1)`,
+UUIDs, tuples of them) would cost time quadratic in its size; ordinary keys almost never share one."""
+
+
+def check_hashes(keys: list[Any], what: str) -> None:
+    """Refuse `keys` (of one map or set) when more than MAX_SAME_HASH of them share a hash value."""
+    if len(keys) <= MAX_SAME_HASH:
+        return
+    seen: dict[int, int] = {}
+    for key in keys:
+        digest = hash(key)
+        count = seen.get(digest, 0) + 1
+        if count > MAX_SAME_HASH:
+            raise CheckpointCorrupted(
+                f"checkpoint body holds a {what} with more than {MAX_SAME_HASH} keys sharing one hash value, "
+                "a record built to make decoding slow (hash flooding); it was not written by Waypoint"
+            )
+        seen[digest] = count
 
 
 def qualified_name(cls: type) -> str:
@@ -245,7 +268,7 @@ def _dataclass_codec(cls: type) -> tuple[Callable[[Any], Any], Callable[[Any], A
             raise TypeError(f"expected a map of fields, got {type(data).__name__}")
         unknown = [key for key in data if key not in known]
         if unknown:
-            raise TypeError(f"stored fields {unknown!r} are not fields of the class")
+            raise TypeError(f"stored fields {clip(repr(unknown))} are not fields of the class")
         obj = cls(**{name: data[name] for name in init_names if name in data})
         for name in late_names:  # restore state the constructor does not take (frozen-safe)
             if name in data:
@@ -380,7 +403,7 @@ def _zone(key: str) -> ZoneInfo:
     from zoneinfo import TZPATH, ZoneInfo
 
     if not _ZONE_KEY.fullmatch(key):
-        raise CheckpointCorrupted(f"stored time zone key {key!r} is not a valid IANA zone key")
+        raise CheckpointCorrupted(f"stored time zone key {clip(repr(key))} is not a valid IANA zone key")
     on_disk = any(os.path.isfile(os.path.join(root, key)) for root in TZPATH)
     if not on_disk and key not in _all_zones():
         raise CheckpointCorrupted(
@@ -405,7 +428,7 @@ def _decode_tz(raw: Any) -> Any:
         return _zone(raw)
     if type(raw) is list and len(raw) == 2 and type(raw[0]) is int and type(raw[1]) is str:
         return timezone(timedelta(microseconds=raw[0]), raw[1])
-    raise ValueError(f"bad time zone {raw!r}")
+    raise ValueError(f"bad time zone: a {type(raw).__name__}")
 
 
 def _build_datetime(a: list[Any]) -> datetime:
@@ -428,10 +451,22 @@ def _build_date(a: list[Any]) -> date:
     return date.fromordinal(ordinal)
 
 
+def _build_set(a: list[Any]) -> set[Any]:
+    items = a[1:]
+    check_hashes(items, "set")
+    return set(items)
+
+
+def _build_frozenset(a: list[Any]) -> frozenset[Any]:
+    items = a[1:]
+    check_hashes(items, "frozenset")
+    return frozenset(items)
+
+
 BUILTIN_BUILDERS: dict[int, Callable[[list[Any]], Any]] = {
     ExtCode.TUPLE: lambda a: tuple(a[1:]),
-    ExtCode.SET: lambda a: set(a[1:]),
-    ExtCode.FROZENSET: lambda a: frozenset(a[1:]),
+    ExtCode.SET: _build_set,
+    ExtCode.FROZENSET: _build_frozenset,
     ExtCode.DATETIME: _build_datetime,
     ExtCode.DATE: _build_date,
     ExtCode.TIME: _build_time,

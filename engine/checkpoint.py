@@ -12,7 +12,13 @@
 Each part is a blob whose hash is its address, so an unchanged part is never written twice. A part
 whose value is a list is a *chain*: a root segment plus append segments, each naming its parent. When
 a list only grew since the last write (the common case: a conversation), only the new items are
-written. That keeps the bytes written per step flat as history grows (docs/stores.md).
+written. That keeps the bytes written per step flat as history grows (docs/stores.md); a chain is
+restarted (the whole list written as a new root) before it grows past `MAX_CHAIN` segments.
+
+A version's *header* is a codec record listing the parts and binding them to the version: it holds
+the checkpoint ID, version, step, status, graph fingerprint and error the row claims. Reading checks
+that claim against the row, so with a signing key content cannot be moved to another run or version.
+Only the small header is written per version; parts are encoded once (`mark` reuses them).
 """
 
 from __future__ import annotations
@@ -21,12 +27,26 @@ import functools
 import hashlib
 import os
 import time
+from collections.abc import Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
-from .errors import CheckpointCorrupted, WaypointError
+from .errors import CheckpointCorrupted, WaypointError, describe
 from .position import InterruptRecord, RunPosition
-from .store import Blob, Checkpoint, CheckpointMeta, CheckPointStore, MissingBlobs
+from .store import (
+    MAX_CHAIN,
+    MAX_PART_NAME,
+    MAX_PARTS,
+    Blob,
+    Checkpoint,
+    CheckpointMeta,
+    CheckPointStore,
+    MissingBlobs,
+    meta_problem,
+    parts_problem,
+    version_label,
+)
 from .streams import Chunks
 
 if TYPE_CHECKING:
@@ -35,7 +55,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Checkpointer", "fingerprint", "graph_structure", "new_owner"]
 
-_FORMAT = 1
+_FORMAT = 2
+"""Header format: 2 binds the header to its version (the "meta" map); 1 (no binding) is still read
+by an unsigned Serializer and refused by a signed one."""
+_RESTORE = "restore the database from a backup or delete this run"
 
 
 def new_owner() -> str:
@@ -77,6 +100,8 @@ class _PartCache:
     raw: bytes | None = None
     """A list part's items, each msgpack-encoded, concatenated (the array body without its header)."""
     count: int = 0
+    links: int = 1
+    """Segments in a list part's chain."""
 
 
 @dataclass(kw_only=True)
@@ -102,7 +127,8 @@ class Checkpointer:
     created_at: float | None = None
     _cache: dict[str, _PartCache] = field(default_factory=dict)
     _known: set[str] = field(default_factory=set)
-    _last: tuple[int, bytes, dict[str, str]] | None = None
+    _last: tuple[int, dict[str, Any]] | None = None
+    """The step and header content (parts, lists, state kind) last written or read: what `mark` reuses."""
     _graph_part: str | None = None
     origin: str | None = None
     """Written into the next version's meta (then cleared): the `id@version` a fork or time travel left."""
@@ -143,19 +169,18 @@ class Checkpointer:
                 lists.append(key)
             else:
                 parts[key] = self._whole(key, value, blobs)
-        header = self.serializer.dumps({"format": _FORMAT, "parts": parts, "lists": lists, "state": state_kind},
-                                       root=f"checkpoint '{self.checkpoint_id}'")
-        return await self._put(pos.step, status, error, header, parts, blobs)
+        return await self._put(pos.step, status, error, {"parts": parts, "lists": lists, "state": state_kind}, blobs)
 
     async def mark(self, status: str, *, error: str | None = None) -> CheckpointMeta | None:
         """Write a new version with the last written content and a new status (when the current
-        position cannot be encoded, a failure must still be recorded). None if nothing was written yet."""
+        position cannot be encoded, a failure must still be recorded). None if nothing was written yet.
+        The parts are reused as they are; only the header is new, bound to the new version."""
         if self._last is None:
             return None
-        step, header, parts = self._last
-        return await self._put(step, status, error, header, parts, [])
+        step, content = self._last
+        return await self._put(step, status, error, content, [])
 
-    async def _put(self, step: int, status: str, error: str | None, header: bytes, parts: dict[str, str],
+    async def _put(self, step: int, status: str, error: str | None, content: dict[str, Any],
                    blobs: list[Blob]) -> CheckpointMeta:
         now = time.time()
         running = status == "running"
@@ -165,12 +190,14 @@ class Checkpointer:
             lease_owner=self.owner if running else None,
             lease_expires=now + self.lease_seconds if running else None, error=error, origin=self.origin,
         )
-        await self.store.put(meta, header, parts, blobs, expected_version=self.version)
+        header = self.serializer.dumps({"format": _FORMAT, **content, "meta": _binding(meta)},
+                                       root=f"checkpoint '{self.checkpoint_id}'")
+        await self.store.put(meta, header, content["parts"], blobs, expected_version=self.version)
         self.origin = None
         self.version = meta.version
         self.created_at = meta.created_at
         self._known.update(b.hash for b in blobs)
-        self._last = (step, header, parts)
+        self._last = (step, content)
         return meta
 
     def _hash(self, parent: str | None, data: bytes) -> str:
@@ -199,17 +226,18 @@ class Checkpointer:
         ser = self.serializer
         raw = _array_body(ser.pack(items, root=f"{self.checkpoint_id}.{name}"))
         cached = self._cache.get(name)
+        parent, new_raw, new_count, links = None, raw, len(items), 1  # a new chain, unless it only grew
         if cached is not None and cached.raw is not None and raw.startswith(cached.raw):
             if len(items) == cached.count:
                 return cached.head
-            parent, new_raw, new_count = cached.head, raw[len(cached.raw):], len(items) - cached.count
-        else:
-            parent, new_raw, new_count = None, raw, len(items)
+            if cached.links < MAX_CHAIN:  # else restart it: reading a chain stays bounded
+                parent, new_raw, new_count = cached.head, raw[len(cached.raw):], len(items) - cached.count
+                links = cached.links + 1
         data = ser.encode_value([new_count, new_raw])
         digest = self._hash(parent, data)
         if digest not in self._known:
             blobs.append(Blob(hash=digest, data=data, parent=parent))
-        self._cache[name] = _PartCache(head=digest, raw=raw, count=len(items))
+        self._cache[name] = _PartCache(head=digest, raw=raw, count=len(items), links=links)
         return digest
 
     def snapshot(self, pos: RunPosition) -> bytes:
@@ -230,21 +258,39 @@ class Checkpointer:
         record = await self.store.get(self.checkpoint_id, version)
         if record is None:
             return None
-        loaded = self.decode(record)
+        loaded, content = self._decode(record)
+        if version is not None and record.meta.version != version:
+            raise CheckpointCorrupted(f"{version_label(self.checkpoint_id, version)}: the store returned "
+                                      f"version {record.meta.version} instead; {_RESTORE}")
         self.version = record.meta.version if version is None else self.version
         self.created_at = record.meta.created_at
         self._known.update(b.hash for chain in record.chains.values() for b in chain)
-        self._last = (record.meta.step, record.header, dict(record.parts))
+        self._last = (record.meta.step, content)
         return loaded
 
     def decode(self, record: Checkpoint) -> Loaded:
-        """Verify and decode a stored version; any inconsistency is `CheckpointCorrupted`."""
-        where = f"checkpoint '{self.checkpoint_id}' version {record.meta.version}"
-        header = self.serializer.loads(record.header)
-        if not isinstance(header, dict) or header.get("format") != _FORMAT or header.get("parts") != dict(record.parts):
-            raise CheckpointCorrupted(f"{where}: its header does not match its part list; the record is damaged")
+        """Verify and decode a stored version; any inconsistency is `CheckpointCorrupted` naming the
+        run and version, whatever the store handed back."""
+        return self._decode(record)[0]
+
+    def _decode(self, record: Checkpoint) -> tuple[Loaded, dict[str, Any]]:
+        where = version_label(self.checkpoint_id, getattr(getattr(record, "meta", None), "version", None))
+        try:
+            with _naming(where):
+                return self._decode_checked(record, where)
+        except WaypointError:
+            raise
+        except Exception as err:  # a store handed back something of a shape no check above expected
+            raise CheckpointCorrupted(f"{where}: the stored record has an unexpected shape ({describe(err)}); "
+                                      f"{_RESTORE}") from err
+
+    def _decode_checked(self, record: Checkpoint, where: str) -> tuple[Loaded, dict[str, Any]]:
+        problem = _record_problem(record, self.checkpoint_id)
+        if problem is not None:
+            raise CheckpointCorrupted(f"{where}: {problem}; {_RESTORE}")
+        content = self._read_header(record, where)
+        lists = set(content["lists"])
         values: dict[str, Any] = {}
-        lists = set(header.get("lists", ()))
         for name, head in record.parts.items():
             chain = record.chains.get(name) or ()
             self._verify_chain(name, head, chain, where)
@@ -253,24 +299,66 @@ class Checkpointer:
         try:
             position = _position_from_plain(values.pop("run"))
             structure = values.pop("graph")
-            position.state = _join_state(header["state"], {k[2:]: v for k, v in values.items()}, self.serializer)
+            if type(structure) is not dict:
+                raise ValueError("the graph part is not a map")
+            position.state = _join_state(content["state"], {k[2:]: v for k, v in values.items()}, self.serializer)
         except WaypointError:
             raise
         except Exception as err:
-            raise CheckpointCorrupted(f"{where}: its content does not have the expected shape ({err})") from err
-        return Loaded(meta=record.meta, position=position, structure=structure)
+            raise CheckpointCorrupted(
+                f"{where}: its content does not have the expected shape ({describe(err)}); {_RESTORE}") from err
+        return Loaded(meta=record.meta, position=position, structure=structure), content
+
+    def _read_header(self, record: Checkpoint, where: str) -> dict[str, Any]:
+        """The header's content (parts, lists, state kind), after checking it describes this very row."""
+        header = self.serializer.loads(record.header)
+        fmt = header.get("format") if type(header) is dict else None
+        if fmt == 1 and "meta" not in header:
+            if self.serializer.signed:
+                raise CheckpointCorrupted(
+                    f"{where}: its header has format 1, written before headers were bound to their run and "
+                    "version; a signed store refuses it (its content could be replayed as another run or "
+                    "version). Resume or finish it with the Waypoint release that wrote it, or delete it"
+                )
+        elif type(fmt) is int and fmt > _FORMAT:
+            raise CheckpointCorrupted(f"{where}: its header has format {fmt}, newer than this Waypoint reads "
+                                      f"({_FORMAT}); upgrade waypoint-graph to read it")
+        elif fmt != _FORMAT:
+            raise CheckpointCorrupted(f"{where}: its header has no valid format number; {_RESTORE}")
+        else:
+            self._check_binding(header.get("meta"), record.meta, where)
+        lists, state = header.get("lists", []), header.get("state")
+        if header.get("parts") != dict(record.parts) or type(lists) is not list \
+                or not all(type(n) is str for n in lists) or not _is_state_kind(state):
+            raise CheckpointCorrupted(f"{where}: its header does not match its part list; {_RESTORE}")
+        return {"parts": dict(record.parts), "lists": lists, "state": state}
+
+    def _check_binding(self, bound: Any, meta: CheckpointMeta, where: str) -> None:
+        expected = _binding(meta)
+        expected[0] = self.checkpoint_id
+        if type(bound) is list and bound == expected:
+            return
+        differ = [name for i, name in enumerate(_BOUND) if type(bound) is not list or len(bound) != len(expected)
+                  or bound[i] != expected[i]]
+        raise CheckpointCorrupted(
+            f"{where}: its header was written for a different run or version (fields that differ from the "
+            f"stored row: {', '.join(differ)}); the rows were moved, replayed or altered; {_RESTORE}"
+        )
 
     def _verify_chain(self, name: str, head: str, chain: Any, where: str) -> None:
+        if len(chain) > MAX_CHAIN:
+            raise CheckpointCorrupted(f"{where}: part '{name}' has more than {MAX_CHAIN} segments; {_RESTORE}")
         parent = None
         for blob in chain:
-            if blob.parent != parent or self._hash(parent, blob.data) != blob.hash:
+            if not isinstance(blob.data, (bytes, bytearray, memoryview)) or blob.parent != parent \
+                    or self._hash(parent, blob.data) != blob.hash:
                 raise CheckpointCorrupted(
                     f"{where}: part '{name}' fails its hash check (bytes changed on disk or a link is "
-                    "missing); restore the database from a backup or delete this run"
+                    f"missing); {_RESTORE}"
                 )
             parent = blob.hash
         if not chain or parent != head:
-            raise CheckpointCorrupted(f"{where}: part '{name}' is missing blobs; delete this run or restore a backup")
+            raise CheckpointCorrupted(f"{where}: part '{name}' is missing blobs; {_RESTORE}")
 
     def _decode_whole(self, name: str, head: str, chain: Any, where: str) -> Any:
         if len(chain) != 1:
@@ -279,21 +367,70 @@ class Checkpointer:
         return self.serializer.decode_value(chain[0].data)
 
     def _decode_list(self, name: str, head: str, chain: Any, where: str) -> list[Any]:
+        from .serde import MAX_RECORD_BYTES
+
         ser = self.serializer
-        bodies, count = [], 0
+        bodies, count, size = [], 0, 0
         for blob in chain:
             segment = ser.decode_value(blob.data)
+            # Every item takes at least one byte: a count above the segment's length is a lie.
             if not (type(segment) is list and len(segment) == 2 and type(segment[0]) is int
-                    and type(segment[1]) is bytes and segment[0] >= 0):
-                raise CheckpointCorrupted(f"{where}: part '{name}' has a malformed segment")
+                    and type(segment[1]) is bytes and 0 <= segment[0] <= len(segment[1])):
+                raise CheckpointCorrupted(f"{where}: part '{name}' has a malformed segment; {_RESTORE}")
             count += segment[0]
+            size += len(segment[1])
+            if size > MAX_RECORD_BYTES - 5:  # refused before joining them, not after
+                raise CheckpointCorrupted(f"{where}: part '{name}' adds up to more than MAX_RECORD_BYTES")
             bodies.append(segment[1])
         raw = b"".join(bodies)
         items = ser.unpack(_array_head(count) + raw)
         if type(items) is not list or len(items) != count:
             raise CheckpointCorrupted(f"{where}: part '{name}' segments do not add up to its items")
-        self._cache[name] = _PartCache(head=head, raw=raw, count=count)
+        self._cache[name] = _PartCache(head=head, raw=raw, count=count, links=len(chain))
         return items
+
+
+_BOUND = ("checkpoint ID", "version", "step", "status", "fingerprint", "error", "origin")
+
+
+def _binding(meta: CheckpointMeta) -> list[Any]:
+    """What a header binds its content to (`_BOUND`, in order; a list packs faster than a map): the row
+    fields nobody may change after the write. The lease and the timestamps are left out: a store
+    renews leases in place."""
+    return [meta.checkpoint_id, meta.version, meta.step, meta.status, meta.fingerprint, meta.error, meta.origin]
+
+
+@contextmanager
+def _naming(where: str) -> Iterator[None]:
+    """Prefix the run and version to a codec error raised while reading them (its class is kept)."""
+    try:
+        yield
+    except CheckpointCorrupted as err:
+        if err.args and isinstance(err.args[0], str) and not err.args[0].startswith(where):
+            err.args = (f"{where}: {err.args[0]}", *err.args[1:])
+        raise
+
+
+def _record_problem(record: Checkpoint, checkpoint_id: str) -> str | None:
+    """What is wrong with the types of what a store returned for `checkpoint_id`, or None."""
+    problem = meta_problem(record.meta)
+    if problem is not None:
+        return problem
+    if record.meta.checkpoint_id != checkpoint_id:
+        return "the store returned a row of another run"
+    if not isinstance(record.header, (bytes, bytearray, memoryview)):
+        return f"its header is a {type(record.header).__name__}, not bytes"
+    problem = parts_problem(record.parts)
+    if problem is not None:
+        return problem
+    if not isinstance(record.chains, Mapping):
+        return "its part chains are not a map"
+    return None
+
+
+def _is_state_kind(kind: Any) -> bool:
+    return kind in (None, "dict", "value") if type(kind) is not list else (
+        len(kind) == 2 and kind[0] == "obj" and type(kind[1]) is str)
 
 
 def _array_body(packed: bytes) -> bytes:
@@ -333,6 +470,12 @@ def _record_to_plain(r: InterruptRecord) -> dict[str, Any]:
 
 
 def _position_from_plain(d: dict[str, Any]) -> RunPosition:
+    """Rebuild a position; a field of the wrong type raises ValueError (the caller reports the run)."""
+    _shape(type(d) is dict and type(d["step"]) is int and type(d["done"]) is bool, "step or done")
+    _shape(_str_map(d["pending"]) and _str_map(d["interrupts"]) and _str_map(d["skipped"]), "pending")
+    _shape(_str_map(d["inbox"]) and all(_str_map(v) for v in d["inbox"].values()), "inbox")
+    _shape(all(type(v) is list and all(type(s) is str for s in v) for v in d["skipped"].values()), "skipped")
+    _shape(all(type(v) is list and all(type(n) is str for n in v) for v in (d["before"], d["after"])), "pauses")
     return RunPosition(
         step=d["step"], pending=d["pending"], inbox=d["inbox"], skipped=d["skipped"],
         interrupts={k: _record_from_plain(v) for k, v in d["interrupts"].items()},
@@ -343,6 +486,8 @@ def _position_from_plain(d: dict[str, Any]) -> RunPosition:
 
 
 def _record_from_plain(d: dict[str, Any]) -> InterruptRecord:
+    _shape(type(d) is dict and type(d["address"]) is str and type(d["has_state"]) is bool
+           and type(d["subs"]) is list and (d["child"] is None or type(d["child"]) is dict), "interrupt record")
     return InterruptRecord(
         address=d["address"], info=d["info"], state=d["state"], has_state=d["has_state"],
         child=None if d["child"] is None else _position_from_plain(d["child"]),
@@ -350,18 +495,38 @@ def _record_from_plain(d: dict[str, Any]) -> InterruptRecord:
     )
 
 
+def _str_map(value: Any) -> bool:
+    return type(value) is dict and all(type(k) is str for k in value)
+
+
+def _shape(ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(f"the stored position's {what} has the wrong type")
+
+
 # --- state <-> parts -----------------------------------------------------------------------------------
 
 def _split_state(state: Any, serializer: Serializer) -> tuple[Any, dict[str, Any]]:
-    """The state's kind and its fields: a dict's str keys, a registered class's fields, or itself."""
+    """The state's kind and its fields: a dict's str keys, a registered class's fields, or itself.
+
+    A state with more fields than a version may have parts, or with a field name too long for a part
+    name, is one part: the writer never writes what a reader (or a store) would refuse.
+    """
     if state is None:
         return None, {}
-    if type(state) is dict and all(type(k) is str for k in state):
+    if type(state) is dict and _fits(state):
         return "dict", state
     entry = serializer.registry.entry_for_type(type(state))
     if entry is not None and entry.kind in ("model", "dataclass"):
-        return ["obj", entry.name], entry.dump(state)
+        fields = entry.dump(state)
+        if _fits(fields):
+            return ["obj", entry.name], fields
     return "value", {"": state}
+
+
+def _fits(fields: dict[Any, Any]) -> bool:
+    """Whether each field can be a part of its own: str names that fit, and not too many of them."""
+    return len(fields) <= MAX_PARTS - 2 and all(type(k) is str and len(k) <= MAX_PART_NAME - 2 for k in fields)
 
 
 def _join_state(kind: Any, fields: dict[str, Any], serializer: Serializer) -> Any:
@@ -386,7 +551,15 @@ def _register_engine_types(serializer: Serializer) -> None:
 
 
 def describe_difference(old: dict[str, Any], new: dict[str, Any], where: str = "") -> str:
-    """What changed between two graph structures, in words (for GraphMismatch)."""
+    """What changed between two graph structures, in words (for GraphMismatch). `old` is read from a
+    store: if it is not shaped like a structure, the answer says so instead of failing."""
+    try:
+        return _difference(old, new, where)
+    except Exception:  # an altered or damaged stored structure (unsigned stores): no detail to give
+        return "the stored graph structure is unreadable, so what changed cannot be said"
+
+
+def _difference(old: dict[str, Any], new: dict[str, Any], where: str = "") -> str:
     prefix = f"in subgraph '{where}': " if where else ""
     changes: list[str] = []
     for key in ("name", "trigger"):
@@ -401,7 +574,7 @@ def describe_difference(old: dict[str, Any], new: dict[str, Any], where: str = "
         a, b = old_nodes[key], new_nodes[key]
         if a != b:
             if isinstance(a, dict) and isinstance(b, dict):
-                changes.append(describe_difference(a, b, f"{where}/{key}".strip("/")))
+                changes.append(_difference(a, b, f"{where}/{key}".strip("/")))
             else:
                 changes.append(f"node '{key}' changed kind")
     old_edges = {tuple(e) for e in old.get("edges", [])}

@@ -143,3 +143,17 @@ class ModelError(WaypointError):
         self.status = status
         self.retryable = retryable
         self.model = model
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """`text` cut to `limit` characters: how stored (untrusted) data may appear in an error message."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe(exc: BaseException) -> str:
+    """`Type: message` of an exception raised while reading stored data, clipped."""
+    try:
+        text = str(exc)
+    except Exception:  # str() of a hostile argument may itself fail (a deeply nested list)
+        text = ""
+    return f"{type(exc).__name__}: {clip(text)}"

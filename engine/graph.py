@@ -1,6 +1,6 @@
 """Building a graph: `Graph`, `START`, `END`, nodes, edges, branches, and the compile-time checks.
 
-The builder is mutable until `compile()`; compiling checks the whole graph (DESIGN §2) and
+The builder is mutable until `compile()`; compiling checks the whole graph and
 returns an immutable `CompiledGraph`. Mistakes visible from one call (a duplicate node, a
 reserved name) raise at that call; mistakes only visible in the whole graph (an unknown node in
 an edge, no path to END, a cycle in a DAG) raise at `compile()`. All raise `GraphBuildError`.
@@ -64,7 +64,9 @@ class Graph:
     handed to nodes and handlers that declare a `state` parameter; each run gets a fresh one.
     """
 
-    def __init__(self, name: str = "graph", *, state: Callable[[], Any] | None = None) -> None:
+    def __init__(self, name: str = "graph", *, state: Callable[[], Any] | None = None, **misplaced: Any) -> None:
+        if misplaced:  # compile() and ainvoke() options given to the builder: say where they belong
+            raise TypeError(_misplaced_options(misplaced))
         if not isinstance(name, str) or not _KEY_RE.match(name):
             raise GraphBuildError(f"graph name {name!r} must be a non-empty string without ';' or ':'")
         if state is not None and not callable(state):
@@ -197,3 +199,22 @@ class Graph:
                 f"graph '{self.name}' is already compiled; {what} would change a compiled graph. "
                 "Build a new Graph instead"
             )
+
+
+def _misplaced_options(options: dict[str, Any]) -> str:
+    """The error for keywords given to Graph() that belong to compile() or to a run (read from both)."""
+    import inspect
+
+    from .lifecycle import RunOptions
+
+    compile_options = set(inspect.signature(Graph.compile).parameters) - {"self"}
+    run_options = {*RunOptions.__dataclass_fields__, "callbacks"}
+    hints = []
+    for name in sorted(options):
+        if name in compile_options:
+            hints.append(f"{name!r} is an option of compile(): Graph(...).compile({name}=...)")
+        elif name in run_options:
+            hints.append(f"{name!r} is an option of each run: app.ainvoke(input, {name}=...)")
+        else:
+            hints.append(f"{name!r} is not an option of Graph() (it takes a name and state=)")
+    return "Graph() got unexpected keyword argument(s): " + "; ".join(hints) + " (docs/api.md lists them)"

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import clip
 from .scope import current_task
 
 __all__ = [
@@ -83,7 +84,8 @@ class InterruptInfo:
     after_nodes: tuple[str, ...] = field(default=())
 
     def __str__(self) -> str:
-        parts = [f"{c.address} (id {c.id}): {c.info!r}" for c in self.contexts]
+        # info may come from a stored run: shown clipped, never unbounded
+        parts = [f"{clip(c.address)} (id {c.id}): {clip(repr(c.info))}" for c in self.contexts]
         if self.before_nodes:
             parts.append(f"before nodes {list(self.before_nodes)}")
         if self.after_nodes:

@@ -1,6 +1,6 @@
 """A run's life against its store: start or resume, claim, save per durability mode, finish.
 
-The rules (DESIGN §3.5, docs/resume.md):
+The rules (docs/resume.md):
 
 1. No store, or no `checkpoint_id`: the run is not recorded (an interrupt cannot be resumed).
 2. Unknown ID: a new run. Completed: a new run on the same ID (the old versions stay as history).

@@ -1,6 +1,6 @@
 """Fan-in: how several values reaching one node in the same step become its one input.
 
-Rules (DESIGN §2): a single value passes through; a function registered with `register_merge`
+Rules: a single value passes through; a function registered with `register_merge`
 for the values' type wins; dicts are merged by key union (a key sent twice is an error);
 anything else is an error that says how to fix the graph.
 """

@@ -1,6 +1,6 @@
 """What a node can be, and the one shape the run loop sees: `invoke` (value → value) and `stream`.
 
-Node kinds (DESIGN §2): a plain function, an `async def`, an async generator (streams its output),
+Node kinds: a plain function, an `async def`, an async generator (streams its output),
 a `Lambda` with any of the four paradigms, a `Component` (anything with `ainvoke` / `astream`, what
 `ToolsNode` and chat models implement), or a `Graph` (a subgraph, run by the run loop itself).
 Missing paradigms are derived: invoke from stream by concatenation, stream from invoke as one chunk,

@@ -1,6 +1,6 @@
 """The run loop: one `Run` executes one (sub)graph from a `RunPosition` until END or a pause.
 
-The loop body names its phases in order (DESIGN §2, docs/architecture.md):
+The loop body names its phases in order (docs/architecture.md draws them):
 
     start or restore  → plan (which pending tasks can start) → submit → collect
     → apply writes (deliver outputs along edges/branches; sync, no awaits)

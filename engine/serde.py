@@ -17,9 +17,12 @@ Guarantees:
    its `TypeRegistry` (through their own constructor or validator). There is no pickle anywhere.
 3. Whatever bytes `loads` is given, it returns a value or raises a `CheckpointCorrupted` subclass
    (`UnsupportedFormat`, `UnknownType`); never a raw msgpack, `ValueError`, `RecursionError`, ....
-4. Decoding is bounded: records above `MAX_RECORD_BYTES` are refused, msgpack's length limits are
-   the record's own length, and nesting is capped by msgpack's fixed stack (1023 containers; the
-   writer refuses deeper values, so it never writes what the reader would refuse).
+   The trailer (CRC-32, or the HMAC when the Serializer has a key) is checked before the header is
+   believed; error messages quote stored data only clipped to a few hundred characters.
+4. Decoding is bounded: records above `MAX_RECORD_BYTES` are refused (and never written), msgpack's
+   length limits are the record's own length, nesting is capped by msgpack's fixed stack (1023
+   containers; the writer refuses deeper values), and a map or set whose keys pile up on one hash
+   value is refused (hash flooding would cost time quadratic in its size).
 """
 
 from __future__ import annotations
@@ -42,12 +45,13 @@ from ._serde_types import (
     Marker,
     TypeRegistry,
     Unencodable,
+    check_hashes,
     ext_hook,
     locate,
     qualified_name,
     unregistered_reason,
 )
-from .errors import CheckpointCorrupted, SerializationError, WaypointError
+from .errors import CheckpointCorrupted, SerializationError, WaypointError, clip, describe
 
 __all__ = [
     "FORMAT_VERSION",
@@ -72,11 +76,12 @@ C = TypeVar("C", bound=type)
 FORMAT_VERSION = 1
 """The record format this codec writes, and the newest it reads."""
 MAGIC = b"WPT"
-MAX_RECORD_BYTES = 512 * 1024 * 1024
-"""Larger records are refused on write (SerializationError) and on read (CheckpointCorrupted)."""
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+"""Larger records, blobs and packed values are refused on write (SerializationError) and on read
+(CheckpointCorrupted). Decoding may take up to ~70 times a record's size in memory (a byte can
+become an empty map), so this cap is also what bounds the memory one hostile unsigned record costs."""
 
 _MAX_HEADER = 1024
-_CHECKS = {"crc32": 4, "hmac-sha256": 32}  # header "check" -> trailer length
 _VALUE_DOMAIN = b"WPT-value\x00"  # HMAC prefix for encode_value blobs: they can never pass as records
 
 
@@ -97,10 +102,11 @@ class UnknownType(CheckpointCorrupted):
 
     def __init__(self, type_name: str) -> None:
         self.type_name = type_name
+        shown = clip(repr(type_name))  # the name comes from stored data: quote it, but not unbounded
         super().__init__(
-            f"checkpoint holds a value of type {type_name!r}, but no class is registered under that "
+            f"checkpoint holds a value of type {shown}, but no class is registered under that "
             "name in this process; import the module that defines it and register the class "
-            f"(@register_type or register_type(cls, name={type_name!r})) before resuming"
+            f"(@register_type or register_type(cls, name={shown})) before resuming"
         )
 
 
@@ -113,6 +119,13 @@ class _Codec:
     def __init__(self, registry: TypeRegistry) -> None:
         self.registry = registry
         self._local = threading.local()
+        self._options = {
+            "ext_hook": ext_hook,
+            "list_hook": self._list_hook,
+            "raw": False,
+            "unicode_errors": "surrogatepass",
+            "timestamp": 1,  # a stray msgpack timestamp decodes to a plain float, never a foreign type
+        }
 
     def default(self, obj: Any) -> Any:
         """msgpack's hook for everything it does not pack natively (strict_types: subclasses too)."""
@@ -147,21 +160,23 @@ class _Codec:
         return data[1:]
 
     def unpack(self, body: Any) -> Any:
-        """Raises only CheckpointCorrupted (or a subclass) on bad input."""
+        """Raises only CheckpointCorrupted (or a subclass) on bad input.
+
+        Maps with only str/bytes keys (the usual case) are built by msgpack itself: their hashes are
+        keyed per process, so no stored data can make them collide. A body with other keys (ints,
+        tuples, ...) is decoded again with a map hook that refuses keys piling up on one hash value.
+        """
         try:
-            return msgpack.unpackb(
-                body,
-                ext_hook=ext_hook,
-                list_hook=self._list_hook,
-                raw=False,
-                strict_map_key=False,  # int, tuple, ... keys are legitimate
-                unicode_errors="surrogatepass",
-                timestamp=1,  # a stray msgpack timestamp decodes to a plain float, never a foreign type
-            )
+            try:
+                return msgpack.unpackb(body, strict_map_key=True, **self._options)
+            except ValueError as exc:
+                if "map key" not in str(exc):
+                    raise
+            return msgpack.unpackb(body, strict_map_key=False, object_pairs_hook=_checked_map, **self._options)
         except WaypointError:
             raise
         except Exception as exc:  # any decoder or constructor failure means the bytes are bad
-            raise CheckpointCorrupted(f"checkpoint body does not decode: {type(exc).__name__}: {exc}") from exc
+            raise CheckpointCorrupted(f"checkpoint body does not decode: {describe(exc)}") from exc
 
     def _list_hook(self, items: list[Any]) -> Any:
         if not items or type(items[0]) is not Marker:
@@ -173,15 +188,19 @@ class _Codec:
 
     def _build_registered(self, items: list[Any]) -> Any:
         _, name, data = items
-        entry = self.registry.entry_named(name) if type(name) is str else None
+        if type(name) is not str:
+            raise CheckpointCorrupted(
+                f"checkpoint body names a registered type with a {type(name).__name__}, not a str"
+            )
+        entry = self.registry.entry_named(name)
         if entry is None:
-            raise UnknownType(str(name))
+            raise UnknownType(name)
         try:
             return entry.load(data)
         except Exception as exc:  # the class's own constructor/validator rejected the stored data
             raise CheckpointCorrupted(
                 f"stored value of type {name!r} does not rebuild {qualified_name(entry.cls)}: "
-                f"{type(exc).__name__}: {exc} (did the class change since the checkpoint was written?)"
+                f"{describe(exc)} (did the class change since the checkpoint was written?)"
             ) from exc
 
     def explain(self, value: Any, root: str, cause: BaseException) -> SerializationError:
@@ -195,6 +214,12 @@ class _Codec:
             return SerializationError(f"cannot write {root}: {type(cause).__name__}: {cause}")
         path, reason = found
         return SerializationError(f"cannot write {path}: {reason}")
+
+
+def _checked_map(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    """msgpack's map hook on the slow path (maps with keys other than str/bytes)."""
+    check_hashes([key for key, _ in pairs], "map")
+    return dict(pairs)
 
 
 # --- the record envelope -----------------------------------------------------------------------
@@ -230,6 +255,11 @@ class Serializer:
         self._head = MAGIC + len(header).to_bytes(2, "big") + header
 
     @property
+    def signed(self) -> bool:
+        """True when records are signed with an HMAC key (and unsigned ones are refused)."""
+        return self._key is not None
+
+    @property
     def registry(self) -> TypeRegistry:
         """The registry this serializer writes and rebuilds registered types with."""
         return self._registry
@@ -238,13 +268,13 @@ class Serializer:
         """Encode `value` as a complete record (magic, header, body, checksum or signature).
 
         `root` names the value in error messages (paths read `root['messages'][3].meta`).
-        Raises `SerializationError` when any part of `value` cannot be written.
+        Raises `SerializationError` when any part of `value` cannot be written, or when the record
+        would be larger than `MAX_RECORD_BYTES`.
         """
         body = self._seal(self._encode(value, root))
-        if len(body) > MAX_RECORD_BYTES:
-            raise SerializationError(
-                f"cannot write {root}: the record would be {len(body)} bytes, over MAX_RECORD_BYTES"
-            )
+        size = len(self._head) + len(body) + (4 if self._key is None else 32)
+        if size > MAX_RECORD_BYTES:
+            raise _too_large(size, "record", root)
         return b"".join((self._head, body, self._trailer(self._head, body)))
 
     def loads(self, data: bytes | bytearray | memoryview) -> Any:
@@ -252,7 +282,9 @@ class Serializer:
 
         Raises `CheckpointCorrupted` when the bytes are not an intact record (bad magic, checksum,
         signature, truncation, undecodable body), `UnsupportedFormat` for a newer format, and
-        `UnknownType` for a registered type name this process does not know.
+        `UnknownType` for a registered type name this process does not know. The trailer is checked
+        first, with this Serializer's own setting (HMAC with a key, CRC-32 without): nothing in the
+        header is acted upon before it passes.
         """
         view = _as_view(data)
         if len(view) > MAX_RECORD_BYTES:
@@ -260,11 +292,13 @@ class Serializer:
         if len(view) < 5 or view[:3] != MAGIC:
             raise CheckpointCorrupted("not a Waypoint checkpoint record (the magic prefix b'WPT' is missing)")
         header_end = 5 + int.from_bytes(view[3:5], "big")
-        check, encrypted = _read_header(view, header_end)
-        end = len(view) - _CHECKS[check]
-        if end < header_end:
-            raise CheckpointCorrupted("checkpoint record is truncated (shorter than its header and trailer)")
-        self._verify(view, check, end)
+        end = len(view) - self._trailer_len
+        if header_end - 5 > _MAX_HEADER or header_end > end:
+            raise self._rejection(view, header_end, "checkpoint record is truncated (shorter than its header "
+                                  "and trailer) or its header has an impossible length")
+        if not hmac.compare_digest(self._trailer(view[:end]), view[end:]):
+            raise self._rejection(view, header_end, None)
+        encrypted = _read_header(view[5:header_end], "hmac-sha256" if self._key else "crc32")
         body = view[header_end:end]
         if encrypted:
             if self._decrypt is None:
@@ -284,6 +318,9 @@ class Serializer:
         configured the same way. Raises `SerializationError` like `dumps`.
         """
         body = self._seal(self._encode(value, root))
+        size = len(body) if self._key is None else len(body) + 32
+        if size > MAX_RECORD_BYTES:
+            raise _too_large(size, "value blob", root)
         return body if self._key is None else body + self._trailer(_VALUE_DOMAIN, body)
 
     def decode_value(self, data: bytes | bytearray | memoryview) -> Any:
@@ -321,9 +358,12 @@ class Serializer:
 
     def _encode(self, value: Any, root: str) -> bytes:
         try:
-            return self._codec.pack(value)
+            data = self._codec.pack(value)
         except Exception as exc:  # unregistered type, cycle, too deep, ...: explain with a path
             raise self._codec.explain(value, root, exc) from (None if isinstance(exc, Unencodable) else exc)
+        if len(data) > MAX_RECORD_BYTES:  # every writer refuses what every reader would refuse
+            raise _too_large(len(data), "value", root)
+        return data
 
     def _seal(self, body: bytes) -> bytes:
         if self._encrypt is None:
@@ -341,7 +381,7 @@ class Serializer:
             opened = self._decrypt(bytes(body))  # type: ignore[misc]  # callers check it is set
         except Exception as exc:
             raise CheckpointCorrupted(
-                f"the decrypt hook failed ({type(exc).__name__}: {exc}); the record is damaged or was "
+                f"the decrypt hook failed ({describe(exc)}); the record is damaged or was "
                 "encrypted with a different key"
             ) from exc
         if not isinstance(opened, (bytes, bytearray, memoryview)):
@@ -359,20 +399,34 @@ class Serializer:
             crc = zlib.crc32(part, crc)
         return crc.to_bytes(4, "big")
 
-    def _verify(self, view: memoryview, check: str, end: int) -> None:
-        if self._key is not None and check != "hmac-sha256":
-            raise CheckpointCorrupted(
+    def _rejection(self, view: memoryview, header_end: int, reason: str | None) -> CheckpointCorrupted:
+        """Why a record failed its trailer check, as precisely as its *unverified* header allows.
+
+        The header is only looked at to choose the message (a newer format, a key mismatch); nothing
+        it says is acted upon, and nothing from it is quoted.
+        """
+        header = _peek_header(view, header_end)
+        fmt, check = header.get("format"), header.get("check")
+        if type(fmt) is int and fmt > FORMAT_VERSION:
+            return UnsupportedFormat(fmt)  # a newer format may lay out its trailer differently
+        if self._key is not None and check == "crc32" and _crc_matches(view):
+            return CheckpointCorrupted(
                 "checkpoint record is not signed, but this Serializer has a key and accepts only records "
                 "signed with it (an unsigned record could have been written by anyone)"
             )
         if self._key is None and check == "hmac-sha256":
-            raise CheckpointCorrupted(
+            return CheckpointCorrupted(
                 "checkpoint record is signed (HMAC-SHA256); pass the signing key= to Serializer to read it"
             )
-        if not hmac.compare_digest(self._trailer(view[:end]), view[end:]):
-            if self._key is not None:
-                raise CheckpointCorrupted(_SIGNATURE_FAILED.format(what="checkpoint record"))
-            raise CheckpointCorrupted("checkpoint record fails its CRC-32 checksum: it is corrupted or truncated")
+        if reason is not None:
+            return CheckpointCorrupted(reason)
+        if self._key is not None:
+            return CheckpointCorrupted(_SIGNATURE_FAILED.format(what="checkpoint record"))
+        return CheckpointCorrupted("checkpoint record fails its CRC-32 checksum: it is corrupted or truncated")
+
+    @property
+    def _trailer_len(self) -> int:
+        return 4 if self._key is None else 32
 
 
 _SIGNATURE_FAILED = (
@@ -387,23 +441,48 @@ def _as_view(data: Any) -> memoryview:
     return memoryview(data).cast("B")
 
 
-def _read_header(view: memoryview, header_end: int) -> tuple[str, bool]:
-    """Parse and check the header; returns (check kind, encrypted). Refuses newer formats first."""
+def _too_large(size: int, what: str, root: str) -> SerializationError:
+    return SerializationError(
+        f"cannot write {root}: the {what} would be {size} bytes, over MAX_RECORD_BYTES "
+        f"({MAX_RECORD_BYTES} bytes); keep large data outside the run state and store a reference to it"
+    )
+
+
+def _crc_matches(view: memoryview) -> bool:
+    return len(view) >= 4 and zlib.crc32(view[:-4]).to_bytes(4, "big") == view[-4:]
+
+
+def _peek_header(view: memoryview, header_end: int) -> dict[Any, Any]:
+    """The header as msgpack reads it, or {} when it does not read as a map; never raises."""
     if header_end - 5 > _MAX_HEADER or header_end > len(view):
-        raise CheckpointCorrupted("checkpoint record header is truncated or has an impossible length")
+        return {}
     try:
-        header = msgpack.unpackb(view[5:header_end], raw=False)
+        header = msgpack.unpackb(view[5:header_end], raw=False)  # strict map keys: str or bytes only
+    except Exception:  # any failure: there is no usable header
+        return {}
+    return header if type(header) is dict else {}
+
+
+def _read_header(raw: memoryview, check: str) -> bool:
+    """Check a verified header against the trailer kind `check`; returns whether the body is encrypted.
+
+    Refuses newer formats first. Every failure is a `CheckpointCorrupted` that quotes nothing.
+    """
+    try:
+        header = msgpack.unpackb(raw, raw=False)
     except Exception as exc:  # any msgpack failure here means a damaged header
-        raise CheckpointCorrupted(f"record header does not decode: {type(exc).__name__}: {exc}") from exc
+        raise CheckpointCorrupted(f"record header does not decode ({type(exc).__name__})") from None
     fmt = header.get("format") if type(header) is dict else None
     if type(fmt) is not int:
         raise CheckpointCorrupted("checkpoint record header has no format number")
     if fmt > FORMAT_VERSION:
         raise UnsupportedFormat(fmt)
-    check, encrypted = header.get("check"), header.get("enc", False)
-    if fmt < 1 or type(check) is not str or check not in _CHECKS or type(encrypted) is not bool:
-        raise CheckpointCorrupted(f"checkpoint record header is invalid: {header!r}")
-    return check, encrypted
+    encrypted = header.get("enc", False)
+    if fmt < 1 or type(header.get("check")) is not str or header["check"] != check or type(encrypted) is not bool:
+        raise CheckpointCorrupted(
+            f"checkpoint record header is invalid: it needs format 1, check {check!r} and a true/false enc"
+        )
+    return encrypted
 
 
 # --- module-level defaults ---------------------------------------------------------------------

@@ -6,7 +6,7 @@ run's position into *parts* (engine/checkpoint.py), each a content-addressed blo
 blobs (append segments, for lists that only grow), and the store keeps bytes and parent links.
 docs/stores.md explains the layout and how to write another store.
 
-Guarantees every store gives (tests/store_contract.py checks them on every store):
+Guarantees every store gives (tests/test_store_contract.py checks them on every store):
 
 1. `put` is compare-and-set: it writes version `expected_version + 1` (or 1 when `expected_version`
    is None) only if `expected_version` is the run's newest version (or the run has none), in one
@@ -29,20 +29,35 @@ Guarantees every store gives (tests/store_contract.py checks them on every store
    again after a crash or a failure reads the page of the version it began at).
 6. Stores are safe for concurrent runs in one process and for several processes on one database.
 7. `renew_lease` may be called from another thread (with its own event loop) than the run's.
+8. Reading never trusts what is stored: a row or blob of the wrong type or size, a part chain that
+   loops back on itself or is longer than `MAX_CHAIN`, raises `CheckpointCorrupted` naming the run
+   and version (never a driver, JSON or memory error), and reading such a chain always terminates.
+   `meta_problem` and `parts_problem` below are the checks a store applies to what it read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
-from .errors import CheckpointError
+from .errors import CheckpointError, clip
 
-__all__ = ["CheckPointStore", "CheckpointMeta", "Checkpoint", "Blob", "RunStatus", "MissingBlobs"]
+__all__ = ["CheckPointStore", "CheckpointMeta", "Checkpoint", "Blob", "RunStatus", "MissingBlobs", "MAX_PARTS",
+           "MAX_PART_NAME", "MAX_HASH", "MAX_CHAIN", "meta_problem", "parts_problem", "version_label"]
 
 RunStatus = Literal["running", "interrupted", "completed", "failed"]
 STATUSES: tuple[str, ...] = ("running", "interrupted", "completed", "failed")
+
+MAX_PARTS = 1024
+"""Parts one version may have (the run, the graph and up to 1022 state fields). The engine stores a
+state with more fields, or with a field name longer than `MAX_PART_NAME`, as one part."""
+MAX_PART_NAME = 256
+"""Characters in a part name."""
+MAX_HASH = 128
+"""Characters in a blob hash (the engine's are 32)."""
+MAX_CHAIN = 10_000
+"""Blobs in one part's chain. The engine starts a new chain before a list part's chain gets longer."""
 
 
 class MissingBlobs(CheckpointError):
@@ -149,3 +164,45 @@ class CheckPointStore(Protocol):
 
     async def close(self) -> None:
         """Release connections."""
+
+
+# --- checks on what a store read back ------------------------------------------------------------
+
+def version_label(checkpoint_id: Any, version: Any) -> str:
+    """`run 'X' version N`, as error messages name a stored version (stored values clipped)."""
+    return f"run {clip(repr(checkpoint_id), 120)} version {clip(repr(version), 40)}"
+
+
+def _is_time(value: Any) -> bool:
+    return type(value) in (int, float)
+
+
+def meta_problem(meta: CheckpointMeta) -> str | None:
+    """What is wrong with the types of a stored version's fields, or None when nothing is."""
+    checks = (
+        ("checkpoint_id", type(meta.checkpoint_id) is str),
+        ("version", type(meta.version) is int and meta.version >= 1),
+        ("status", type(meta.status) is str and meta.status in STATUSES),
+        ("step", type(meta.step) is int),
+        ("fingerprint", type(meta.fingerprint) is str),
+        ("created_at", _is_time(meta.created_at)),
+        ("updated_at", _is_time(meta.updated_at)),
+        ("lease_owner", meta.lease_owner is None or type(meta.lease_owner) is str),
+        ("lease_expires", meta.lease_expires is None or _is_time(meta.lease_expires)),
+        ("error", meta.error is None or type(meta.error) is str),
+        ("origin", meta.origin is None or type(meta.origin) is str),
+    )
+    bad = [name for name, ok in checks if not ok]
+    return f"its stored field(s) {', '.join(bad)} have the wrong type or value" if bad else None
+
+
+def parts_problem(parts: Any) -> str | None:
+    """What is wrong with a version's part map (name -> head hash), or None when nothing is."""
+    if not isinstance(parts, Mapping):
+        return f"its part list is a {type(parts).__name__}, not a map"
+    if len(parts) > MAX_PARTS:
+        return f"it lists {len(parts)} parts, more than the {MAX_PARTS} a version may have"
+    for name, head in parts.items():
+        if type(name) is not str or len(name) > MAX_PART_NAME or type(head) is not str or len(head) > MAX_HASH:
+            return "its part list holds a name or hash that is not a short string"
+    return None

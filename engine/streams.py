@@ -2,7 +2,7 @@
 
 In a streaming run (`astream`, `aevents`) a node's output travels as a `Chunks` value: the list of
 chunks it yielded. A node that wants a value gets them concatenated; a node that streams gets them
-one by one. Concatenation rules (DESIGN §2): registered functions first, then `str` and `bytes`
+one by one. Concatenation rules: registered functions first, then `str` and `bytes`
 join, dicts merge per key (recursively), anything else keeps the last chunk. An empty stream where
 a value is needed is a `GraphRunError`.
 """

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping, Sequence
 
-from collections.abc import Mapping, Sequence
+from waypoint.engine.errors import CheckpointConflict, CheckpointCorrupted, CheckpointNotFound, clip
+from waypoint.engine.store import MAX_CHAIN, STATUSES, Blob, CheckpointMeta
 
-from waypoint.engine.errors import CheckpointConflict, CheckpointNotFound
-from waypoint.engine.store import STATUSES, Blob, CheckpointMeta
-
+RESTORE = "restore the database from a backup or delete this run"
 
 LEDGER_NEEDED = ("running", "failed")
 """While a run's newest version has one of these statuses, a step may be re-run and need its ledger:
@@ -108,3 +108,45 @@ class Expiry:
             return False
         self._next = now + min(self.ttl / 10, 60.0)
         return True
+
+
+def chain_from(blobs: Mapping[str, Blob], head: str, where: str, name: str) -> list[Blob]:
+    """The chain of blobs ending at `head`, root first, following parent links through `blobs`.
+
+    A missing link ends the chain early (the engine then reports the part as incomplete). A parent
+    link back into the chain, or a chain longer than MAX_CHAIN, is `CheckpointCorrupted`: the walk
+    never loops and never holds more than MAX_CHAIN blobs.
+    """
+    chain: list[Blob] = []
+    seen: set[str] = set()
+    current: str | None = head
+    while current is not None:
+        blob = blobs.get(current)
+        if blob is None:
+            break
+        if current in seen:
+            raise CheckpointCorrupted(
+                f"{where}: the blobs of part {clip(repr(name), 80)} form a cycle (a parent link points back into "
+                f"its own chain), which Waypoint never writes; {RESTORE}"
+            )
+        if len(chain) >= MAX_CHAIN:
+            raise CheckpointCorrupted(
+                f"{where}: part {clip(repr(name), 80)} has a chain of more than {MAX_CHAIN} blobs, which Waypoint "
+                f"never writes; {RESTORE}"
+            )
+        seen.add(current)
+        chain.append(blob)
+        current = blob.parent
+    chain.reverse()
+    return chain
+
+
+def reachable(parents: Mapping[str, str | None], heads: Iterable[str]) -> set[str]:
+    """Every hash reachable from `heads` through `parents` (hash -> parent); terminates on cycles."""
+    live: set[str] = set()
+    for head in heads:
+        current: str | None = head
+        while current is not None and current not in live and current in parents:
+            live.add(current)
+            current = parents[current]
+    return live

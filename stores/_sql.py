@@ -15,10 +15,34 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from waypoint.engine.errors import CheckpointConflict, CheckpointError
-from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, MissingBlobs, RunStatus
+from waypoint.engine.errors import CheckpointConflict, CheckpointCorrupted, CheckpointError
+from waypoint.engine.store import (
+    MAX_HASH,
+    MAX_PART_NAME,
+    MAX_PARTS,
+    Blob,
+    Checkpoint,
+    CheckpointMeta,
+    MissingBlobs,
+    RunStatus,
+    meta_problem,
+    parts_problem,
+    version_label,
+)
 
-from ._common import LEDGER_NEEDED, Expiry, check_limit, check_newest, check_put, check_status, conflict_message, cursor, needed_blobs
+from ._common import (
+    LEDGER_NEEDED,
+    RESTORE,
+    Expiry,
+    chain_from,
+    check_limit,
+    check_newest,
+    check_put,
+    check_status,
+    conflict_message,
+    cursor,
+    needed_blobs,
+)
 
 SCHEMA_VERSION = 2
 T = TypeVar("T")
@@ -98,11 +122,16 @@ _META_COLUMNS = ("checkpoint_id, version, status, step, fingerprint, created_at,
 
 
 def _meta(row: Sequence[Any]) -> CheckpointMeta:
-    return CheckpointMeta(
+    """The meta columns of a row, type-checked: a damaged or altered row is CheckpointCorrupted."""
+    meta = CheckpointMeta(
         checkpoint_id=row[0], version=row[1], status=row[2], step=row[3], fingerprint=row[4],
         created_at=row[5], updated_at=row[6], lease_owner=row[7], lease_expires=row[8], error=row[9],
         origin=row[10],
     )
+    problem = meta_problem(meta)
+    if problem is not None:
+        raise CheckpointCorrupted(f"{version_label(row[0], row[1])}: {problem}; {RESTORE}")
+    return meta
 
 
 def get(db: DB, checkpoint_id: str, version: int | None) -> Checkpoint | None:
@@ -117,36 +146,74 @@ def get(db: DB, checkpoint_id: str, version: int | None) -> Checkpoint | None:
     if not found:
         return None
     row = found[0]
-    parts: dict[str, str] = json.loads(row[12])
-    return Checkpoint(meta=_meta(row), header=bytes(row[11]), parts=parts,
-                      chains=_chains(db, checkpoint_id, parts))
+    meta = _meta(row)
+    where = version_label(checkpoint_id, meta.version)
+    parts = _parts(row[12], where)
+    blobs = _blobs(db, checkpoint_id, set(parts.values()), where)
+    return Checkpoint(meta=meta, header=_bytes(row[11], where, "header"), parts=parts,
+                      chains={name: chain_from(blobs, head, where, name) for name, head in parts.items()})
 
 
-def _chains(db: DB, checkpoint_id: str, parts: Mapping[str, str]) -> dict[str, list[Blob]]:
-    heads = sorted(set(parts.values()))
-    if not heads:
-        return {}
-    names = ", ".join(f":h{i}" for i in range(len(heads)))
-    params: dict[str, Any] = {f"h{i}": h for i, h in enumerate(heads)}
-    params["c"] = checkpoint_id
-    rows = db.rows(
-        f"""WITH RECURSIVE chain (head, hash, parent, data, depth) AS (
-                SELECT hash, hash, parent, data, 0 FROM waypoint_blobs
-                 WHERE checkpoint_id = :c AND hash IN ({names})
-                UNION ALL
-                SELECT chain.head, b.hash, b.parent, b.data, chain.depth + 1
-                  FROM waypoint_blobs b JOIN chain ON b.checkpoint_id = :c AND b.hash = chain.parent)
-            SELECT head, hash, parent, data, depth FROM chain""",
-        params,
-    )
-    by_head: dict[str, list[tuple[int, Blob]]] = {}
-    for head, digest, parent, data, depth in rows:
-        by_head.setdefault(head, []).append((depth, Blob(hash=digest, data=bytes(data), parent=parent)))
-    chains = {}
-    for name, head in parts.items():
-        links = sorted(by_head.get(head, ()), key=lambda item: -item[0])
-        chains[name] = [blob for _, blob in links]
-    return chains
+# A parts cell holding MAX_PARTS names and hashes of the longest kinds, every character JSON-escaped.
+_MAX_PARTS_CELL = MAX_PARTS * (6 * (MAX_PART_NAME + MAX_HASH) + 8) + 2
+
+
+def _bytes(value: Any, where: str, what: str) -> bytes:
+    if not isinstance(value, (bytes, bytearray, memoryview)):  # bytes(an int) would allocate that many
+        raise CheckpointCorrupted(f"{where}: its {what} is stored as {type(value).__name__}, not bytes; {RESTORE}")
+    return bytes(value)
+
+
+def _parts(cell: Any, where: str) -> dict[str, str]:
+    """A row's part map (JSON text), checked for type and size before and after parsing."""
+    if type(cell) is not str or len(cell) > _MAX_PARTS_CELL:
+        raise CheckpointCorrupted(f"{where}: its part list is not JSON text of a possible size; {RESTORE}")
+    try:
+        parts = json.loads(cell)
+    except (ValueError, RecursionError, MemoryError):
+        raise CheckpointCorrupted(f"{where}: its part list is not valid JSON; {RESTORE}") from None
+    problem = parts_problem(parts)
+    if problem is not None:
+        raise CheckpointCorrupted(f"{where}: {problem}; {RESTORE}")
+    return parts
+
+
+_HEADS_PER_QUERY = 500  # bound parameters per query stay far below every database's limit
+
+
+def _reach_sql(heads: int, columns: str) -> str:
+    """Every blob reachable from the heads, each once. UNION (not UNION ALL) drops a (hash, parent)
+    row already produced, so a parent cycle written into the table ends the recursion (it cannot run
+    forever) and a blob shared by several chains is read once. The walk in Python (`chain_from`)
+    then bounds each chain's length and reports the cycle."""
+    names = ", ".join(f":h{i}" for i in range(heads))
+    return f"""WITH RECURSIVE reach (hash, parent) AS (
+                SELECT hash, parent FROM waypoint_blobs WHERE checkpoint_id = :c AND hash IN ({names})
+                UNION
+                SELECT b.hash, b.parent FROM waypoint_blobs b
+                  JOIN reach ON b.checkpoint_id = :c AND b.hash = reach.parent)
+            SELECT {columns} FROM waypoint_blobs b
+             WHERE b.checkpoint_id = :c AND b.hash IN (SELECT hash FROM reach)"""
+
+
+def _reach(db: DB, checkpoint_id: str, heads: set[str], columns: str) -> list[tuple]:
+    ordered, rows = sorted(heads), []
+    for start in range(0, len(ordered), _HEADS_PER_QUERY):
+        chunk = ordered[start:start + _HEADS_PER_QUERY]
+        params: dict[str, Any] = {f"h{i}": h for i, h in enumerate(chunk)}
+        params["c"] = checkpoint_id
+        rows += db.rows(_reach_sql(len(chunk), columns), params)
+    return rows
+
+
+def _blobs(db: DB, checkpoint_id: str, heads: set[str], where: str) -> dict[str, Blob]:
+    """The blobs reachable from `heads`, by hash, each type-checked."""
+    found: dict[str, Blob] = {}
+    for digest, parent, data in _reach(db, checkpoint_id, heads, "b.hash, b.parent, b.data"):
+        if type(digest) is not str or not (parent is None or type(parent) is str):
+            raise CheckpointCorrupted(f"{where}: a blob's hash or parent link is not text; {RESTORE}")
+        found[digest] = Blob(hash=digest, data=_bytes(data, where, "blob data"), parent=parent)
+    return found
 
 
 def put(db: DB, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], blobs: Sequence[Blob],
@@ -202,7 +269,13 @@ def record_call(db: DB, checkpoint_id: str, version: int, call_id: str, result: 
 def recorded_calls(db: DB, checkpoint_id: str, version: int) -> dict[str, bytes]:
     rows = db.rows("SELECT call_id, result FROM waypoint_ledger WHERE checkpoint_id = :c AND version = :v",
                    {"c": checkpoint_id, "v": version})
-    return {k: bytes(r) for k, r in rows}
+    where = version_label(checkpoint_id, version)
+    calls = {}
+    for call_id, result in rows:
+        if type(call_id) is not str:
+            raise CheckpointCorrupted(f"{where}: a tool-ledger call id is not text; {RESTORE}")
+        calls[call_id] = _bytes(result, where, f"tool-ledger result for call {call_id[:80]!r}")
+    return calls
 
 
 def history(db: DB, checkpoint_id: str, limit: int | None) -> list[CheckpointMeta]:
@@ -254,11 +327,12 @@ def prune(db: DB, checkpoint_id: str, keep_last: int) -> int:
     dropped = db.run("DELETE FROM waypoint_checkpoints WHERE checkpoint_id = :c AND version < :v", params)
     if newest and newest[0][0] not in LEDGER_NEEDED:
         db.run("DELETE FROM waypoint_ledger WHERE checkpoint_id = :c AND version < :v", params)
-    # Keep every blob some remaining version still reaches (heads and their whole chains).
+    # Keep every blob some remaining version still reaches (heads and their whole chains); a damaged
+    # part list fails the prune (and rolls it back) rather than guess what is still in use.
     heads: set[str] = set()
-    for (parts,) in db.rows("SELECT parts FROM waypoint_checkpoints WHERE checkpoint_id = :c", params):
-        heads.update(json.loads(parts).values())
-    live = {b.hash for chain in _chains(db, checkpoint_id, {h: h for h in heads}).values() for b in chain}
+    for version, parts in db.rows("SELECT version, parts FROM waypoint_checkpoints WHERE checkpoint_id = :c", params):
+        heads.update(_parts(parts, version_label(checkpoint_id, version)).values())
+    live = {digest for (digest,) in _reach(db, checkpoint_id, heads, "b.hash")}
     stored = [h for (h,) in db.rows("SELECT hash FROM waypoint_blobs WHERE checkpoint_id = :c", params)]
     dead = [{"c": checkpoint_id, "h": h} for h in stored if h not in live]
     if dead:

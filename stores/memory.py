@@ -9,9 +9,20 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
-from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, MissingBlobs, RunStatus
+from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, MissingBlobs, RunStatus, version_label
 
-from ._common import LEDGER_NEEDED, Expiry, check_limit, check_newest, check_put, check_status, cursor, needed_blobs
+from ._common import (
+    LEDGER_NEEDED,
+    Expiry,
+    chain_from,
+    check_limit,
+    check_newest,
+    check_put,
+    check_status,
+    cursor,
+    needed_blobs,
+    reachable,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -36,8 +47,9 @@ class MemoryStore:
             return None
         meta, header, parts = row
         blobs = self._blobs.get(checkpoint_id, {})
+        where = version_label(checkpoint_id, version)
         return Checkpoint(meta=meta, header=header, parts=dict(parts),
-                          chains={name: _chain(blobs, head) for name, head in parts.items()})
+                          chains={name: chain_from(blobs, head, where, name) for name, head in parts.items()})
 
     async def put(
         self,
@@ -122,10 +134,8 @@ class MemoryStore:
             for key in [k for k in self._ledger if k[0] == checkpoint_id and k[1] < min(keep)]:
                 del self._ledger[key]
         blobs = self._blobs.get(checkpoint_id, {})
-        live: set[str] = set()
-        for _, _, parts in versions.values():
-            for head in parts.values():
-                live.update(b.hash for b in _chain(blobs, head))
+        heads = [head for _, _, parts in versions.values() for head in parts.values()]
+        live = reachable({h: b.parent for h, b in blobs.items()}, heads)
         for h in [h for h in blobs if h not in live]:
             del blobs[h]
         return len(dropped)
@@ -145,19 +155,6 @@ class MemoryStore:
 def _newest(versions: dict[int, object]) -> int:
     """The highest version: versions are only ever added in increasing order, so it is the last key."""
     return next(reversed(versions))
-
-
-def _chain(blobs: dict[str, Blob], head: str) -> list[Blob]:
-    chain: list[Blob] = []
-    current: str | None = head
-    while current is not None:
-        blob = blobs.get(current)
-        if blob is None:
-            break  # a missing link: the engine reports the chain as corrupted
-        chain.append(blob)
-        current = blob.parent
-    chain.reverse()
-    return chain
 
 
 def _replace(meta: CheckpointMeta, **changes) -> CheckpointMeta:

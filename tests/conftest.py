@@ -1,8 +1,33 @@
-"""Shared test helpers."""
+"""Shared test helpers, and the fix that lets `python -m pytest` run from the repository root."""
 
 from __future__ import annotations
 
-from waypoint.engine import END, START, Graph
+import os
+import sys
+from pathlib import Path
+
+
+def _import_the_standard_librarys_cmd() -> None:
+    """`python -m pytest` puts the current directory first on sys.path, where the repository's `cmd/`
+    folder (installed as `waypoint.cmd`) shadows the standard library's `cmd`, which pdb imports when
+    pytest configures itself. Import the real one first, from a path without the repository root;
+    every later `import cmd` gets it from sys.modules. (Conftest files load before pytest imports pdb.)
+    """
+    root = str(Path(__file__).resolve().parents[1])
+    if getattr(sys.modules.get("cmd"), "Cmd", None) is not None:
+        return
+    sys.modules.pop("cmd", None)
+    saved = sys.path[:]
+    sys.path[:] = [p for p in saved if os.path.abspath(p or os.curdir) != root]
+    try:
+        import cmd  # noqa: F401
+    finally:
+        sys.path[:] = saved
+
+
+_import_the_standard_librarys_cmd()
+
+from waypoint.engine import END, START, Graph  # noqa: E402
 
 
 def linear(name: str, *fns, **compile_opts):

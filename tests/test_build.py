@@ -239,3 +239,13 @@ def test_mermaid_shows_nodes_edges_and_branches():
         assert 'n0 -. "yes" .-> n1' in picture and 'n0 -. "no" .-> __end__' in picture
         assert "n1 --> __end__" in picture
     assert "audit" not in draft and "n2[audit]" in text and "n1 --> n2" in text
+
+
+def test_options_given_to_graph_say_where_they_belong():
+    """A newcomer's first mistake: `Graph(trigger="all")`; trigger is a compile() option."""
+    with pytest.raises(TypeError, match=r"'trigger' is an option of compile\(\)"):
+        Graph(name="g", trigger="all")
+    with pytest.raises(TypeError, match=r"'checkpoint_id' is an option of each run: app\.ainvoke"):
+        Graph(name="g", checkpoint_id="x")
+    with pytest.raises(TypeError, match=r"'colour' is not an option of Graph\(\)"):
+        Graph(name="g", colour="red")

@@ -27,3 +27,20 @@ def test_docs_link_to_existing_files():
     for doc in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
         for target in re.findall(r"\]\(([^)#:]+)\)", doc.read_text()):
             assert (doc.parent / target).exists(), f"{doc.name} links to missing {target}"
+
+
+def test_the_api_reference_covers_every_public_name_and_option():
+    """docs/api.md is derived from the code: a public name or option added later must be added there."""
+    import inspect
+
+    import waypoint.engine as engine
+    import waypoint.stores as stores
+    from waypoint.engine.graph import Graph
+    from waypoint.engine.lifecycle import RunOptions
+
+    text = (ROOT / "docs" / "api.md").read_text()
+    names = [*engine.__all__, *stores.__all__]
+    names += [p for p in inspect.signature(Graph.compile).parameters if p != "self"]
+    names += list(RunOptions.__dataclass_fields__)
+    missing = [name for name in names if not re.search(rf"\b{name}\b", text)]
+    assert missing == [], f"docs/api.md does not mention {missing}"

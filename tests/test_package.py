@@ -53,6 +53,8 @@ def test_engine_does_not_import_outer_layers():
 
 
 def test_cli_demo_runs(tmp_path):
+    # A fresh directory: the demo keeps its database under ./.waypoint/, and a shared /tmp may hold
+    # one written by another checkout (another schema version).
     out = subprocess.run([str(Path(sys.executable).parent / "waypoint"), "demo"], capture_output=True,
                          text=True, timeout=60, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -76,6 +78,9 @@ def test_pip_install_works_and_installs_no_bare_modules(tmp_path, editable):
     env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
+    # pip shows the build backend's warnings; a fresh machine's setuptools must find nothing deprecated
+    # (the license used to be a TOML table, which setuptools >= 77 warns about).
+    assert "deprecat" not in (res.stdout + res.stderr).lower(), res.stderr[-2000:]
     probe = (
         "import importlib.util, waypoint.engine, waypoint.stores, waypoint.middleware, waypoint.cmd;"
         "from waypoint.engine import Graph, START, END;"
@@ -89,3 +94,12 @@ def test_pip_install_works_and_installs_no_bare_modules(tmp_path, editable):
     assert (value, no_engine, no_stores) == ("42", "True", "True")
     assert "/lib/python3" in cmd_file  # `cmd` is still the standard library's
     assert (venv / "bin" / "waypoint").exists()
+
+
+def test_python_m_pytest_runs_from_the_repository_root():
+    """`python -m` puts the root first on sys.path, where `cmd/` would shadow the standard library's
+    `cmd` (pdb imports it, pytest imports pdb): tests/conftest.py imports the real one first."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "tests/test_package.py"],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert "test_python_m_pytest_runs_from_the_repository_root" in out.stdout

@@ -185,38 +185,23 @@ async def test_new_input_for_a_paused_run_says_how_to_resume_it():
     assert await app.ainvoke(None, checkpoint_id="r", resume={iid: "yes"}) == 1
 
 
-async def test_a_run_whose_process_died_is_described_as_such(tmp_path):
+async def test_a_run_whose_process_died_is_described_as_such():
+    from waypoint.engine.checkpoint import Checkpointer
+    from waypoint.engine.position import RunPosition
+
     store = MemoryStore()
-    gate = asyncio.Event()
-
-    async def hang(x):
-        await gate.wait()
-        return x
-
-    g = Graph(name="h")
-    g.add_node("hang", hang)
-    g.add_edge(START, "hang")
-    g.add_edge("hang", END)
-    app = g.compile(store=store, lease_seconds=0.1)
+    app = paused_app(store, name="h")
     # a process that wrote its claim and died: its lease runs out and nobody renews it
-    from waypoint.engine.store import CheckpointMeta
-
-    now = time.time()
-    claim = (await store.history("h")) or None
-    assert claim is None
-    task = asyncio.ensure_future(app.ainvoke(1, checkpoint_id="h"))
-    await asyncio.sleep(0.05)
-    meta = (await store.history("h"))[0]
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    record = await store.get("h", meta.version)
-    died = CheckpointMeta(**{**{f: getattr(meta, f) for f in meta.__slots__}, "version": meta.version + 2,
-                             "lease_expires": now - 60, "status": "running"})
-    await store.put(died, record.header, record.parts, [], expected_version=meta.version + 1)
+    claim = Checkpointer(store=store, serializer=app.get_serializer(), checkpoint_id="h",
+                         graph_structure=app.structure, lease_seconds=0.01)
+    await claim.save(RunPosition(pending={START: 5}), "running")
+    await asyncio.sleep(0.02)
     with pytest.raises(CheckpointExists) as exists:
         await app.ainvoke(5, checkpoint_id="h")
     assert "was running when its process stopped (its lease expired at" in str(exists.value)
     assert re.search(r"continue it with ainvoke\(None, checkpoint_id='h'\)", str(exists.value))
+    with pytest.raises(GraphInterrupted):  # and the advice works
+        await app.ainvoke(None, checkpoint_id="h")
 
 
 def test_invoke_inside_a_running_loop_names_ainvoke():

@@ -50,10 +50,9 @@ from .store import (
 from .streams import Chunks
 
 if TYPE_CHECKING:
-    from .compiled import CompiledGraph
     from .serde import Serializer
 
-__all__ = ["Checkpointer", "fingerprint", "graph_structure", "new_owner"]
+__all__ = ["Checkpointer", "fingerprint", "new_owner"]
 
 _FORMAT = 2
 """Header format: 2 binds the header to its version (the "meta" map); 1 (no binding) is still read
@@ -64,20 +63,6 @@ _RESTORE = "restore the database from a backup or delete this run"
 def new_owner() -> str:
     """A lease owner name unique to this process and call: host, pid and a random suffix."""
     return f"{os.uname().nodename}:{os.getpid()}:{os.urandom(4).hex()}"
-
-
-def graph_structure(graph: CompiledGraph) -> dict[str, Any]:
-    """What makes two graphs the same for resuming: names, nodes, routes, trigger, subgraphs."""
-    nodes: dict[str, Any] = {}
-    for key, node in graph.nodes.items():
-        nodes[key] = graph_structure(node.subgraph) if node.subgraph is not None else "node"
-    return {
-        "name": graph.name,
-        "trigger": graph.trigger,
-        "nodes": nodes,
-        "edges": sorted([a, b] for a, b in graph._edges),
-        "branches": sorted([b.source, sorted(map(str, b.ends.values()))] for b in graph._branches),
-    }
 
 
 @functools.lru_cache(maxsize=64)

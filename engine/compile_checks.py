@@ -6,12 +6,12 @@ import inspect
 import types
 import typing
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .base import END, START
 from .errors import GraphBuildError
 
-if TYPE_CHECKING:
-    from .graph import Graph
+Graph = Any  # the builder (engine/graph.py, which sits above): .name, .nodes, .edges, .branches
 
 
 def check_graph(
@@ -59,8 +59,6 @@ def _check_options(name: str, trigger: str, max_steps: int | None) -> None:
 
 def _successor_map(g: Graph) -> dict[str, list[str]]:
     """Where each node's output may go (edges and branch ends), checking that every name exists."""
-    from .graph import END, START
-
     known = set(g.nodes) | {START, END}
     successors: dict[str, list[str]] = {k: [] for k in (START, *g.nodes, END)}
     for a, b in g.edges:
@@ -82,8 +80,6 @@ def _successor_map(g: Graph) -> dict[str, list[str]]:
 
 
 def _check_reachability(g: Graph, successors: dict[str, list[str]]) -> None:
-    from .graph import END, START
-
     if not successors[START]:
         raise GraphBuildError(f"graph '{g.name}': nothing leaves START; add_edge(START, <first node>)")
     for key in g.nodes:
@@ -142,8 +138,6 @@ def _find_cycle(successors: dict[str, list[str]]) -> list[str] | None:
 
 def _check_types(g: Graph, a: str, b: str) -> None:
     """Reject an edge whose annotated output and input types can never match (Base→Derived may)."""
-    from .graph import END, START
-
     if a == START or b == END:
         return
     src, dst = g.nodes[a], g.nodes[b]

@@ -8,54 +8,20 @@ an edge, no path to END, a cycle in a DAG) raise at `compile()`. All raise `Grap
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import replace
+from typing import Any
 
+from .base import END, KEY_RE, START, Branch, Durability, NodeSpec, Trigger
+from .compile_checks import check_graph
+from .compiled import CompiledGraph
 from .errors import GraphBuildError
+from .lifecycle import RunOptions
+from .mermaid import render
 from .retry import RetryPolicy
-
-if TYPE_CHECKING:
-    from .compiled import CompiledGraph
+from .shape import GraphShape
 
 __all__ = ["Graph", "START", "END", "Branch", "NodeSpec", "Trigger", "Durability"]
-
-START = "__start__"
-END = "__end__"
-
-Trigger = Literal["any", "all"]
-Durability = Literal["step", "interrupt", "exit"]
-
-# Node keys appear inside interrupt addresses ("runnable:g;node:a"), so they may not contain ';' or ':'.
-_KEY_RE = re.compile(r"^[^;:\s]([^;:]*[^;:\s])?$")
-
-
-@dataclass(frozen=True, kw_only=True)
-class NodeSpec:
-    """A node as the user declared it."""
-
-    key: str
-    runnable: Any
-    pre: Callable[..., Any] | None = None
-    post: Callable[..., Any] | None = None
-    input_key: str | None = None
-    output_key: str | None = None
-    retry: RetryPolicy | None = None
-    timeout: float | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Branch:
-    """A routing decision after `source`: `condition(output)` returns one key or a collection of keys.
-
-    `ends` maps what the condition may return to node keys (a list means each key maps to itself).
-    """
-
-    source: str
-    condition: Callable[..., Any]
-    ends: Mapping[Any, str]
-
 
 class Graph:
     """A graph under construction. `compile()` checks it and returns a runnable `CompiledGraph`.
@@ -67,7 +33,7 @@ class Graph:
     def __init__(self, name: str = "graph", *, state: Callable[[], Any] | None = None, **misplaced: Any) -> None:
         if misplaced:  # compile() and ainvoke() options given to the builder: say where they belong
             raise TypeError(_misplaced_options(misplaced))
-        if not isinstance(name, str) or not _KEY_RE.match(name):
+        if not isinstance(name, str) or not KEY_RE.match(name):
             raise GraphBuildError(f"graph name {name!r} must be a non-empty string without ';' or ':'")
         if state is not None and not callable(state):
             raise GraphBuildError(f"graph '{name}': state must be a factory (a class or function), got {state!r}")
@@ -102,7 +68,7 @@ class Graph:
         self._check_open(f"add_node({key!r})")
         if key in (START, END):
             raise GraphBuildError(f"graph '{self.name}': '{key}' is reserved (START/END); choose another node key")
-        if not isinstance(key, str) or not _KEY_RE.match(key):
+        if not isinstance(key, str) or not KEY_RE.match(key):
             raise GraphBuildError(
                 f"graph '{self.name}': node key {key!r} must be a non-empty string without ';' or ':' "
                 "(keys are part of interrupt addresses)"
@@ -167,9 +133,6 @@ class Graph:
         `store` + `durability` decide what is recorded (docs/stores.md); `lease_seconds` is how long a
         running run's claim lasts without renewal before another process may take it over.
         """
-        from .compiled import CompiledGraph
-        from .compile_checks import check_graph
-
         check_graph(self, trigger=trigger, max_steps=max_steps,
                     interrupt_before=interrupt_before, interrupt_after=interrupt_after)
         if lease_seconds <= 0:
@@ -178,18 +141,29 @@ class Graph:
             raise GraphBuildError(
                 f"graph '{self.name}': durability must be 'step', 'interrupt' or 'exit', got {durability!r}"
             )
+        nodes = {key: self._with_subgraph_shape(spec) for key, spec in self.nodes.items()}
         self._frozen = True
-        return CompiledGraph(
-            self, store=store, durability=durability or ("step" if store is not None else "exit"),
+        return CompiledGraph(GraphShape(
+            self.name, state_factory=self.state_factory, nodes=nodes, edges=self.edges, branches=self.branches,
+            store=store, durability=durability or ("step" if store is not None else "exit"),
             interrupt_before=tuple(interrupt_before), interrupt_after=tuple(interrupt_after),
             max_steps=max_steps, trigger=trigger, serializer=serializer, lease_seconds=lease_seconds,
-        )
+        ))
+
+    def _with_subgraph_shape(self, spec: NodeSpec) -> NodeSpec:
+        """A subgraph node (a `Graph`, compiled here with default options, or a `CompiledGraph`) runs its shape."""
+        obj = spec.runnable
+        if isinstance(obj, Graph):
+            try:
+                obj = obj.compile()
+            except GraphBuildError as err:
+                raise GraphBuildError(f"graph '{self.name}': subgraph node '{spec.key}': {err}") from err
+        if isinstance(obj, CompiledGraph):
+            return replace(spec, runnable=obj.shape)
+        return spec
 
     def to_mermaid(self) -> str:
         """A Mermaid flowchart of the graph as built so far (no checks; it does not freeze the graph)."""
-        from .compiled import CompiledGraph
-        from .mermaid import render
-
         return render({k: isinstance(s.runnable, (Graph, CompiledGraph)) for k, s in self.nodes.items()},
                       self.edges, ((b.source, b.ends) for b in self.branches))
 
@@ -204,8 +178,6 @@ class Graph:
 def _misplaced_options(options: dict[str, Any]) -> str:
     """The error for keywords given to Graph() that belong to compile() or to a run (read from both)."""
     import inspect
-
-    from .lifecycle import RunOptions
 
     compile_options = set(inspect.signature(Graph.compile).parameters) - {"self"}
     run_options = {*RunOptions.__dataclass_fields__, "callbacks"}

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import (
     CheckpointConflict,
@@ -34,15 +34,13 @@ from .errors import (
     UnknownInterrupt,
     WaypointError,
 )
+from .base import END, START
+from .checkpoint import Checkpointer, Loaded, describe_difference
 from .events import Emitter, Event
-from .graph import END, START
 from .lease import LeaseKeeper
-from .resume import ResumeRequest, awaits_answer, pending_interrupt_ids
+from .resume import ResumeRequest, awaits_answer, interrupt_info, pending_interrupt_ids
 from .runner import Run, RunInterrupted
-
-if TYPE_CHECKING:
-    from .checkpoint import Checkpointer, Loaded
-    from .compiled import CompiledGraph
+from .shape import GraphShape
 
 __all__ = ["RunOptions", "run_graph"]
 
@@ -64,7 +62,7 @@ class RunOptions:
     different graph is a `GraphMismatch`."""
 
 
-async def run_graph(graph: CompiledGraph, input: Any, opts: RunOptions, *, emitter: Emitter,
+async def run_graph(graph: GraphShape, input: Any, opts: RunOptions, *, emitter: Emitter,
                     streaming: bool, sink: Any) -> Any:
     """Run `graph` on `input` (or resume it) under `opts`; returns the output or raises."""
     request = ResumeRequest.parse(opts.resume)
@@ -83,13 +81,13 @@ async def run_graph(graph: CompiledGraph, input: Any, opts: RunOptions, *, emitt
     return await session.execute(run)
 
 
-def _check_ids(graph: CompiledGraph, opts: RunOptions) -> None:
+def _check_ids(graph: GraphShape, opts: RunOptions) -> None:
     for name, value in (("checkpoint_id", opts.checkpoint_id), ("write_to", opts.write_to)):
         if value is not None and (not isinstance(value, str) or not value):
             raise WaypointError(f"graph '{graph.name}': {name}={value!r} must be a non-empty string")
 
 
-def _refuse_without_store(graph: CompiledGraph, opts: RunOptions, request: ResumeRequest | None) -> None:
+def _refuse_without_store(graph: GraphShape, opts: RunOptions, request: ResumeRequest | None) -> None:
     if graph.store is None and opts.checkpoint_id is not None:
         raise WaypointError(
             f"graph '{graph.name}': checkpoint_id={opts.checkpoint_id!r} was given but the graph was "
@@ -106,8 +104,6 @@ async def _execute(run: Run, session: _Session | None) -> Any:
     try:
         return await run.execute()
     except RunInterrupted as paused:
-        from .compiled import interrupt_info
-
         info = interrupt_info(paused.run.pos, paused.run.address)
         cid = session.target if session is not None else None
         raise GraphInterrupted(info, checkpoint_id=cid) from None
@@ -122,9 +118,7 @@ async def _announce(emitter: Emitter, paused: GraphInterrupted, run: Run) -> Non
 class _Session:
     """One ainvoke with a store and a checkpoint ID."""
 
-    def __init__(self, graph: CompiledGraph, opts: RunOptions, emitter: Emitter) -> None:
-        from .checkpoint import Checkpointer
-
+    def __init__(self, graph: GraphShape, opts: RunOptions, emitter: Emitter) -> None:
         self.graph = graph
         self.opts = opts
         self.emitter = emitter
@@ -194,8 +188,6 @@ class _Session:
             )
 
     async def _load_source(self) -> Loaded | None:
-        from .checkpoint import Checkpointer
-
         if self.source == self.target:
             loaded = await self.cp.load(self.opts.version)
         else:
@@ -251,8 +243,6 @@ class _Session:
     def _check_graph(self, loaded: Loaded) -> None:
         if loaded.meta.fingerprint == self.cp.fingerprint:
             return
-        from .checkpoint import describe_difference
-
         change = describe_difference(loaded.structure, self.graph.structure)
         if self.opts.migrate is None:
             raise GraphMismatch(

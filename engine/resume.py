@@ -19,12 +19,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .interrupts import interrupt_id
+from .interrupts import InterruptCtx, InterruptInfo, interrupt_id
 from .position import InterruptRecord, RunPosition
 from .scope import _TASK, current_task
 
 __all__ = ["ResumeRequest", "get_interrupt_state", "get_resume_context", "address_segment",
-           "pending_interrupt_ids", "static_pauses", "awaits_answer", "has_static_pause"]
+           "pending_interrupt_ids", "static_pauses", "awaits_answer", "has_static_pause", "interrupt_info"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,3 +178,36 @@ def get_resume_context(T: Any = None) -> tuple[bool, bool, Any]:
 def resumed_records(pos: RunPosition) -> dict[str, InterruptRecord]:
     """Address -> record of every pause point in this run's own tasks (not nested runs)."""
     return {r.address: r for r in _walk(pos.interrupts)}
+
+
+def interrupt_info(pos: RunPosition, address: str) -> InterruptInfo:
+    """The caller's view of a paused run: every root-cause interrupt, nested runs included.
+
+    Static pauses (`interrupt_before` / `interrupt_after`) are listed too, at `<node>;pause:before`
+    (or `after`), and their nodes by path (`sub/b` inside subgraph node `sub`) in `before_nodes` /
+    `after_nodes`.
+    """
+    contexts: list[InterruptCtx] = []
+    static: dict[str, list[str]] = {"before": [], "after": []}
+
+    def walk(pos: RunPosition, address: str, prefix: tuple[str, ...]) -> None:
+        for key, record in pos.interrupts.items():
+            if record.child is not None:
+                walk(record.child, record.address, (*prefix, key))
+                continue
+            ctx = InterruptCtx(id=interrupt_id(record.address), address=record.address, info=record.info,
+                               is_root_cause=not record.subs, parent=None)
+            if record.subs:
+                for sub in record.subs:
+                    contexts.append(InterruptCtx(id=interrupt_id(sub.address), address=sub.address,
+                                                 info=sub.info, is_root_cause=True, parent=ctx))
+            else:
+                contexts.append(ctx)
+        for point, key, when in static_pauses(pos, address):
+            node = "/".join((*prefix, key))
+            static[when].append(node)
+            contexts.append(InterruptCtx(id=interrupt_id(point), address=point, info={"pause": when, "node": node}))
+
+    walk(pos, address, ())
+    return InterruptInfo(contexts=tuple(contexts), before_nodes=tuple(static["before"]),
+                         after_nodes=tuple(static["after"]))

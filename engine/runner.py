@@ -17,20 +17,19 @@ import asyncio
 import contextvars
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import GraphRunError, MaxStepsExceeded, NodeError, WaypointError
 from .events import Emitter, Event
-from .graph import END, START
+from .base import END, START
 from .interrupts import Interrupt
 from .merge import merge_values
 from .position import InterruptRecord, RunPosition
 from .resume import has_static_pause, resumed_records
 from .scope import _TASK, TaskScope, current_task
+from .shape import CNode, GraphShape
 from .streams import Chunks, to_chunks, to_value
 
-if TYPE_CHECKING:
-    from .compiled import CNode, CompiledGraph
 
 __all__ = ["Run", "RunInterrupted", "current_task"]
 
@@ -60,7 +59,7 @@ class Run:
 
     def __init__(
         self,
-        graph: CompiledGraph,
+        graph: GraphShape,
         *,
         path: tuple[str, ...] = (),
         address: str | None = None,

@@ -5,10 +5,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .runner import Run
+from typing import Any
 
 __all__ = ["TaskScope", "current_task"]
 
@@ -22,7 +19,8 @@ class TaskScope:
     the same node in the same call gets neither: one answer approves one pass.
     """
 
-    run: Run
+    run: Any
+    """The `Run` executing the task (engine/runner.py, which sits above this module)."""
     node: str
     path: tuple[str, ...]
     address: str

@@ -33,19 +33,46 @@ from .retry import RetryPolicy
 from .store import Checkpoint, CheckpointMeta, CheckPointStore
 from .streams import register_concat
 
-# The codec's names load msgpack when first touched, not on `import waypoint.engine`.
-_LAZY = {"register_type", "Serializer", "TypeRegistry", "UnsupportedFormat", "UnknownType"}
+# Names that load msgpack or pydantic load when first touched, not on `import waypoint.engine`.
+_LAZY = {
+    **dict.fromkeys(("register_type", "Serializer", "TypeRegistry", "UnsupportedFormat", "UnknownType"), "serde"),
+    **dict.fromkeys(("Message", "ToolCall", "ToolInfo"), "models"),
+    **dict.fromkeys(("tool", "Tool", "ToolContext", "ToolsNode", "RetryAgentRun", "StopAgentRun"), "tools"),
+    **dict.fromkeys(("ChatModelAgent", "Runner", "AgentEvent", "AgentOutput", "AgentAction", "AgentMiddleware",
+                     "AgentContext"), "agents"),
+    **dict.fromkeys(("emit_chunk", "task_ledger", "idempotency_key"), "task"),
+}
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        from . import serde
+    module = _LAZY.get(name)
+    if module is not None:
+        from importlib import import_module
 
-        return getattr(serde, name)
+        return getattr(import_module(f".{module}", __name__), name)
     raise AttributeError(f"module 'waypoint.engine' has no attribute {name!r}")
 
 
 __all__ = [
+    "Message",
+    "ToolCall",
+    "ToolInfo",
+    "tool",
+    "Tool",
+    "ToolContext",
+    "ToolsNode",
+    "RetryAgentRun",
+    "StopAgentRun",
+    "ChatModelAgent",
+    "Runner",
+    "AgentEvent",
+    "AgentOutput",
+    "AgentAction",
+    "AgentMiddleware",
+    "AgentContext",
+    "emit_chunk",
+    "task_ledger",
+    "idempotency_key",
     "register_type",
     "Serializer",
     "TypeRegistry",

@@ -178,11 +178,10 @@ async def _drain(run: Any, queue: asyncio.Queue[Any]) -> AsyncIterator[Any]:
             await asyncio.gather(task, return_exceptions=True)
 
 
-def run_sync(make: Callable[[], Any], *, what: str) -> Any:
+def run_sync(make: Callable[[], Any], *, what: str, instead: str = "await graph.ainvoke(...)") -> Any:
     """Run the coroutine `make()` to completion from sync code (the one sync bridge)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(make())
-    raise WaypointError(f"{what} was called inside a running event loop; use its async form there "
-                        "(await graph.ainvoke(...) instead of graph.invoke(...))")
+    raise WaypointError(f"{what} was called inside a running event loop; use the async form there: {instead}")

@@ -280,6 +280,8 @@ class _Session:
 
     async def execute(self, run: Run) -> Any:
         run.checkpoint = self._on_step if self.durability == "step" else self._remember
+        run.checkpoint_id = self.target
+        run.step_key = lambda: (self.target, run.pos.ledger)
         if self.durability != "step":
             await self._remember(run, "start")
         else:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -85,6 +86,9 @@ class Run:
         self.halted = False  # something paused during this execution: start no new DAG task
         self.before_step: Callable[[], None] | None = None  # raises to stop (the run's lease was lost)
         self.ledger: Callable[[], tuple] | None = None  # (store, serializer, id, epoch) for task_ledger()
+        self.checkpoint_id: str | None = None  # the stored run this executes in, if any
+        self.step_key: Callable[[], tuple[str, int]] | None = None  # (checkpoint_id, ledger epoch) when stored
+        self.token = os.urandom(8).hex()  # tells unstored runs apart (idempotency keys)
         self._pause_saved = False
 
     # --- phase 1: start or restore ---------------------------------------------------------------
@@ -507,7 +511,8 @@ class Run:
             node.subgraph, path=path, address=f"{self.address};node:{node.key}", emitter=self.emitter,
             streaming=self.streaming, parent_state=self.pos.state,
         )
-        child.ledger = self.ledger
+        child.ledger, child.checkpoint_id = self.ledger, self.checkpoint_id
+        child.step_key, child.token = self.step_key, self.token
         saved = self.pos.interrupts.get(node.key)
         if saved is not None and saved.child is not None:
             child.restore(saved.child, self.resume)

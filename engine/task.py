@@ -10,12 +10,13 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from .events import Event
 from .scope import current_task
 
-__all__ = ["emit_chunk", "task_ledger", "TaskLedger"]
+__all__ = ["emit_chunk", "task_ledger", "TaskLedger", "current_checkpoint_id", "idempotency_key"]
 
 
 async def emit_chunk(data: Any) -> None:
@@ -54,6 +55,26 @@ class TaskLedger:
         """Record `value` under `key` unless an entry is there already; True if this call wrote it."""
         data = self.serializer.dumps(value, root=f"ledger entry '{key}' of run '{self.checkpoint_id}'")
         return await self.store.record_call(self.checkpoint_id, self.epoch, self.prefix + key, data)
+
+
+def current_checkpoint_id() -> str | None:
+    """The checkpoint ID of the stored run the calling task executes in (None when not recorded)."""
+    scope = current_task()
+    if scope is None:
+        raise RuntimeError("current_checkpoint_id() must be called inside a running node")
+    return scope.run.checkpoint_id
+
+
+def idempotency_key() -> str:
+    """A key for the work at the calling address (a tool call, say): the same whenever this step of this
+    stored run does that work again — a retry, a re-run after a crash, a resume — and different in any
+    other step or run. Hand it to systems that must not apply the work twice."""
+    scope = current_task()
+    if scope is None:
+        raise RuntimeError("idempotency_key() must be called inside a running node")
+    run = scope.run
+    base, epoch = run.step_key() if run.step_key is not None else (run.token, 0)
+    return hashlib.blake2b(f"{base}|{epoch}|{scope.address}".encode(), digest_size=16).hexdigest()
 
 
 def task_ledger() -> TaskLedger | None:

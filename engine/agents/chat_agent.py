@@ -1,0 +1,184 @@
+"""`ChatModelAgent`: a ReAct loop compiled to a `Graph` (docs/agents.md draws it box by box).
+
+    START → prompt → model ─(tool calls)→ tools ─→ model …
+                       └─(an answer)→ END      └─(return_directly / StopAgentRun)→ END
+
+Its run-local state is an `AgentState` (the conversation and the number of model calls), stored by
+the engine like any state: the conversation is an append-only list, so a step writes its new messages
+only. Nothing here saves or loads anything: persistence, pauses, crash recovery, leases and
+compare-and-set are the engine's.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..base import END, START
+from ..errors import GraphBuildError, MaxIterationsExceeded
+from ..graph import Graph
+from ..models.base import ChatModel, ToolChoice
+from ..models.schema import Message, ToolCall, as_messages, concat_messages
+from ..serde import register_type
+from ..task import current_checkpoint_id, emit_chunk
+from ..tools.node import ToolsNode
+from .middleware import AgentContext
+
+__all__ = ["ChatModelAgent", "AgentState"]
+
+
+@register_type(name="waypoint.AgentState")
+@dataclass
+class AgentState:
+    """An agent run's state: the conversation, and how many model calls it has made."""
+
+    messages: list[Message] = field(default_factory=list)
+    iterations: int = 0
+    stop: bool = False
+    """Set by the tools box when the run must end after it (return_directly, StopAgentRun)."""
+
+
+class ChatModelAgent:
+    """An agent that answers with `model`, calling `tools` as the model asks, until it answers.
+
+    `max_iterations` bounds the model calls of one run (`MaxIterationsExceeded` carries the last
+    response); `tool_choice` is passed to every model call; calls to a tool in `return_directly` end the
+    run with that tool's result; `return_tool_requests=True` ends the run at the first tool request and
+    hands it to the caller instead of running it. `middlewares` hook in (first = outermost).
+    """
+
+    def __init__(self, *, name: str, model: ChatModel, instruction: str = "", tools: Sequence[Any] = (),
+                 middlewares: Sequence[Any] = (), max_iterations: int = 20, tool_choice: ToolChoice = "auto",
+                 return_directly: Sequence[str] = (), return_tool_requests: bool = False,
+                 sequential_tools: bool = False, unknown_tool_handler: Any = None, description: str = "") -> None:
+        if max_iterations < 1:
+            raise GraphBuildError(f"agent '{name}': max_iterations must be at least 1, got {max_iterations}")
+        self.name = name
+        self.description = description
+        self.model = model
+        self.instruction = instruction
+        self.middlewares = tuple(middlewares)
+        self.tools_node = ToolsNode(tools, sequential=sequential_tools, unknown_tool_handler=unknown_tool_handler,
+                                    middlewares=self.middlewares)
+        unknown = sorted(set(return_directly) - set(self.tools_node.tools))
+        if unknown:
+            raise GraphBuildError(f"agent '{name}': return_directly names tools it does not have: {unknown}")
+        self.max_iterations = max_iterations
+        self.tool_choice = tool_choice
+        self.return_directly = frozenset(return_directly)
+        self.return_tool_requests = return_tool_requests
+
+    def graph(self, *, streaming: bool = False) -> Graph:
+        """The agent as a graph builder; with `streaming=True` the model box streams its calls and
+        publishes each chunk live (the structure, and so a stored run's fingerprint, is the same)."""
+        return self._build(streaming)
+
+    def compile(self, *, streaming: bool = False, **options: Any) -> Any:
+        """The agent's graph, compiled (`store=`, `durability=`, `lease_seconds=`, `serializer=` ...)."""
+        options.setdefault("max_steps", 2 * self.max_iterations + 4)
+        return self._build(streaming).compile(**options)
+
+    def to_mermaid(self) -> str:
+        """The agent's graph as a Mermaid flowchart."""
+        return self._build(False).to_mermaid()
+
+    # --- the graph ----------------------------------------------------------------------------------
+
+    def _build(self, streaming: bool) -> Graph:
+        async def model(_: Any, state: AgentState) -> Message:
+            return await self._model(state, streaming)
+
+        g = Graph(name=self.name, state=AgentState)
+        g.add_node("prompt", self._prompt)
+        g.add_node("model", model)
+        g.add_edge(START, "prompt")
+        g.add_edge("prompt", "model")
+        if self.tools_node.tools and not self.return_tool_requests:
+            g.add_node("tools", self._tools)
+            g.add_branch("model", lambda m: "tools" if m.tool_calls else END, ends=["tools", END])
+            g.add_branch("tools", lambda m, state: END if state.stop else "model", ends=["model", END])
+        else:
+            g.add_edge("model", END)
+        return g
+
+    def _context(self, state: AgentState) -> AgentContext:
+        return AgentContext(agent_name=self.name, state=state, checkpoint_id=current_checkpoint_id())
+
+    async def _prompt(self, input: Any, state: AgentState) -> None:
+        """The conversation so far: the instruction first (once), then what the caller sent."""
+        messages = as_messages(input)
+        if self.instruction and not any(m.role == "system" for m in (*state.messages, *messages)):
+            state.messages.append(Message.system(self.instruction))
+        state.messages.extend(messages)
+        ctx = self._context(state)
+        for mw in self.middlewares:
+            await _call(getattr(mw, "before_agent", None), ctx)
+
+    async def _model(self, state: AgentState, streaming: bool) -> Message:
+        """One model call: the answer (or tool requests) is appended to the conversation."""
+        if state.iterations >= self.max_iterations:
+            last = next((m for m in reversed(state.messages) if m.role == "assistant"), None)
+            raise MaxIterationsExceeded(
+                f"agent '{self.name}' made {state.iterations} model calls without an answer (max_iterations="
+                f"{self.max_iterations}); raise max_iterations or check why the model keeps calling tools",
+                last_response=last,
+            )
+        ctx = self._context(state)
+        for mw in self.middlewares:
+            await _call(getattr(mw, "before_model", None), ctx)
+        model = self.model
+        for mw in reversed(self.middlewares):
+            wrap = getattr(mw, "wrap_model", None)
+            model = wrap(model, ctx) if wrap is not None else model
+        message = _with_call_ids(await self._ask(model, state, streaming), state.iterations)
+        for mw in self.middlewares:
+            rewritten = await _call(getattr(mw, "after_model", None), ctx, message)
+            message = rewritten if isinstance(rewritten, Message) else message
+        state.messages.append(message)
+        state.iterations += 1
+        if not message.tool_calls or self.return_tool_requests:
+            for mw in self.middlewares:
+                await _call(getattr(mw, "after_agent", None), ctx)
+        return message
+
+    async def _ask(self, model: ChatModel, state: AgentState, streaming: bool) -> Message:
+        tools = self.tools_node.infos or None
+        choice = self.tool_choice if tools else "none"
+        if not streaming:
+            return await model.generate(list(state.messages), tools=tools, tool_choice=choice)
+        chunks = []
+        async for chunk in model.stream(list(state.messages), tools=tools, tool_choice=choice):
+            chunks.append(chunk)
+            await emit_chunk(chunk)  # live, while the model is still producing the rest
+        return concat_messages(chunks)
+
+    async def _tools(self, message: Message, state: AgentState) -> Message:
+        """Run the calls; their results join the conversation. Returns the message the run would end with."""
+        batch = await self.tools_node.run(message)
+        state.messages.extend(batch.messages)
+        direct = [m for m in batch.messages if m.name in self.return_directly]
+        state.stop = bool(direct) or batch.stop is not None
+        if state.stop:
+            ctx = self._context(state)
+            for mw in self.middlewares:
+                await _call(getattr(mw, "after_agent", None), ctx)
+        return direct[0] if direct else batch.messages[-1]
+
+
+def _with_call_ids(message: Message, iteration: int) -> Message:
+    """Every tool call gets an ID (a deterministic one when the model gave none) and loses its stream
+    index: the ID is part of the call's interrupt address and of its ledger key."""
+    if not message.tool_calls:
+        return message
+    calls = tuple(ToolCall(id=c.id or f"call_{iteration}_{i}", name=c.name, arguments=c.arguments)
+                  for i, c in enumerate(message.tool_calls))
+    return message.model_copy(update={"tool_calls": calls})
+
+
+async def _call(hook: Any, *args: Any) -> Any:
+    if hook is None:
+        return None
+    result = hook(*args)
+    return await result if inspect.isawaitable(result) else result

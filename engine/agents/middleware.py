@@ -1,0 +1,63 @@
+"""The hook protocol of agent middleware (implementations live in `waypoint.middleware`).
+
+Subclass `AgentMiddleware` and override what you need; every hook is a no-op by default. In a list of
+middlewares the first is the outermost: its `wrap_*` sees the call first and the result last. Hooks run
+inside the agent's graph boxes, so what they change in the state is checkpointed like any state change.
+Interrupt signals raised below a middleware pass through it untouched (they are `BaseException`s).
+
+- `before_agent(ctx)` / `after_agent(ctx)`: once when a run starts (the prompt box) / ends with an answer.
+- `before_model(ctx)`: before each model call; may rewrite `ctx.state.messages`.
+- `after_model(ctx, message)`: after each model call; may return a rewritten message.
+- `wrap_model(model, ctx)`: return a `ChatModel` that wraps `model` (retries, logging).
+- `wrap_invokable_tool_call(endpoint, ctx)`: `endpoint` is `async (args_json) -> str`.
+- `wrap_streamable_tool_call(endpoint, ctx)`: `endpoint` is `(args_json) -> AsyncIterator[str]`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..models.base import ChatModel
+from ..models.schema import Message
+from ..tools.tool import ToolContext
+
+__all__ = ["AgentMiddleware", "AgentContext", "InvokableEndpoint", "StreamableEndpoint"]
+
+InvokableEndpoint = Callable[[str], Awaitable[str]]
+StreamableEndpoint = Callable[[str], AsyncIterator[str]]
+
+
+@dataclass(kw_only=True)
+class AgentContext:
+    """What an agent hook sees: the agent, its run-local state (`state.messages`), the stored run."""
+
+    agent_name: str
+    state: Any
+    checkpoint_id: str | None = None
+
+
+class AgentMiddleware:
+    """Base class with no-op hooks; see the module docstring for when each runs."""
+
+    async def before_agent(self, ctx: AgentContext) -> None:
+        return None
+
+    async def after_agent(self, ctx: AgentContext) -> None:
+        return None
+
+    async def before_model(self, ctx: AgentContext) -> None:
+        return None
+
+    async def after_model(self, ctx: AgentContext, message: Message) -> Message | None:
+        return None
+
+    def wrap_model(self, model: ChatModel, ctx: AgentContext) -> ChatModel:
+        return model
+
+    def wrap_invokable_tool_call(self, endpoint: InvokableEndpoint, ctx: ToolContext) -> InvokableEndpoint:
+        return endpoint
+
+    def wrap_streamable_tool_call(self, endpoint: StreamableEndpoint, ctx: ToolContext) -> StreamableEndpoint:
+        return endpoint

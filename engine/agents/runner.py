@@ -1,0 +1,277 @@
+"""`Runner`: runs an agent's compiled graph and speaks in `AgentEvent`s.
+
+The runner reads the engine's events (`aevents`) and turns them into agent events: assistant messages
+(their chunks fed live into `AgentOutput.stream` by a callback inside the run, so a consumer reads the
+first token while the model still produces the rest), tool results, an interrupt once its checkpoint is
+durably saved, calls re-run after a crash, the end of the run, or its error. Everything stored is the
+engine's doing; a chat continues on its checkpoint ID by starting a new run with the conversation the
+completed one ended with (read back with `get_run`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..compiled import run_sync
+from ..errors import GraphInterrupted
+from ..events import Event
+from ..interrupts import InterruptInfo
+from ..models.schema import Message, as_messages, concat_messages
+from ..tools.node import ToolEvent
+from .chat_agent import ChatModelAgent
+
+__all__ = ["Runner", "AgentEvent", "AgentOutput", "AgentAction", "ToolRerun"]
+
+
+class _Stream:
+    """An async iterator of message chunks, fed from inside the run as they are produced."""
+
+    _END = object()
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.seen: list[Message] = []
+        self.closed = False
+        self.first: Message | None = None
+
+    def put(self, chunk: Message) -> None:
+        if self.first is None:
+            self.first = chunk
+        self._queue.put_nowait(chunk)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._queue.put_nowait(self._END)
+
+    def __aiter__(self) -> _Stream:
+        return self
+
+    async def __anext__(self) -> Message:
+        item = await self._queue.get()
+        if item is self._END:
+            self._queue.put_nowait(self._END)  # stays ended for a second reader
+            raise StopAsyncIteration
+        self.seen.append(item)
+        return item
+
+
+@dataclass(kw_only=True)
+class AgentOutput:
+    """A message the agent produced: assistant text or tool requests, or a tool's result.
+
+    `message` is set when the runner does not stream; `stream` (chunks, live) when it does.
+    `await get_message()` returns the whole message either way.
+    """
+
+    role: str
+    tool_name: str | None = None
+    message: Message | None = None
+    stream: AsyncIterator[Message] | None = None
+
+    async def get_message(self) -> Message:
+        if self.message is not None:
+            return self.message
+        assert isinstance(self.stream, _Stream)
+        async for _ in self.stream:  # read what is left; chunks already read were kept
+            pass
+        self.message = concat_messages(self.stream.seen)
+        return self.message
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolRerun:
+    """A call that had started but not finished before a crash, run again with the same key."""
+
+    name: str
+    call_id: str
+    idempotency_key: str
+
+
+@dataclass(kw_only=True)
+class AgentAction:
+    """Something the run did: ended (`exit`), paused (`interrupted`, once durably saved), re-ran a call
+    after a crash (`rerun`)."""
+
+    exit: bool = False
+    interrupted: InterruptInfo | None = None
+    rerun: ToolRerun | None = None
+
+
+@dataclass(kw_only=True)
+class AgentEvent:
+    """One event of an agent run: an `output`, an `action`, or the `error` that ended the run."""
+
+    agent_name: str
+    output: AgentOutput | None = None
+    action: AgentAction | None = None
+    error: BaseException | None = None
+
+
+class Runner:
+    """Runs `agent` on `store` (None: nothing recorded, nothing resumable); `streaming=True` streams
+    the model's answers live. Compile options (`durability=`, `lease_seconds=`, `serializer=`) pass on."""
+
+    def __init__(self, agent: ChatModelAgent, *, store: Any = None, streaming: bool = False, **compile_options: Any):
+        self.agent = agent
+        self.store = store
+        self.streaming = streaming
+        self.app = agent.compile(streaming=streaming, store=store, **compile_options)
+
+    # --- async iterators ----------------------------------------------------------------------------
+
+    async def run(self, messages: str | Message | Sequence[Message], *, checkpoint_id: str | None = None,
+                  ) -> AsyncIterator[AgentEvent]:
+        """Run the agent on a new message (or messages). On a `checkpoint_id` whose run completed, the
+        conversation continues: the new run starts from the messages the last one ended with."""
+        history: list[Message] = []
+        if checkpoint_id is not None and self.store is not None:
+            last = await self.app.get_run(checkpoint_id)
+            if last is not None and last.meta.status == "completed" and last.state is not None:
+                history = list(last.state.messages)
+        async for event in self._events([*history, *as_messages(messages)], {"checkpoint_id": checkpoint_id}):
+            yield event
+
+    async def resume(self, checkpoint_id: str, *, takeover: bool = False) -> AsyncIterator[AgentEvent]:
+        """Resume a stored run: every pending interrupt, with no data; a run that crashed with nothing
+        pending continues from its last step. `takeover=True` takes over a run whose process died
+        before its lease expired."""
+        snap = await self.app.get_run(checkpoint_id) if self.store is not None else None
+        pending = snap is not None and bool(snap.interrupts.contexts)
+        options = {"checkpoint_id": checkpoint_id, "resume": True if pending else None, "takeover": takeover}
+        async for event in self._events(None, options):
+            yield event
+
+    async def resume_with_params(self, checkpoint_id: str, targets: dict[str, Any], *, takeover: bool = False,
+                                 ) -> AsyncIterator[AgentEvent]:
+        """Resume the interrupts named in `targets` (`{interrupt_id: data}`); the others pause again."""
+        options = {"checkpoint_id": checkpoint_id, "resume": dict(targets), "takeover": takeover}
+        async for event in self._events(None, options):
+            yield event
+
+    # --- sync helpers ---------------------------------------------------------------------------------
+
+    def run_sync(self, messages: Any, *, checkpoint_id: str | None = None) -> list[AgentEvent]:
+        """`run` for scripts: every event, as a list (outputs read whole); raises the run's error."""
+        return run_sync(lambda: _collect(self.run(messages, checkpoint_id=checkpoint_id)), what="Runner.run_sync()",
+                        instead="async for event in runner.run(...)")
+
+    def resume_sync(self, checkpoint_id: str, *, takeover: bool = False) -> list[AgentEvent]:
+        return run_sync(lambda: _collect(self.resume(checkpoint_id, takeover=takeover)), what="Runner.resume_sync()",
+                        instead="async for event in runner.resume(...)")
+
+    def resume_with_params_sync(self, checkpoint_id: str, targets: dict[str, Any], *,
+                                takeover: bool = False) -> list[AgentEvent]:
+        return run_sync(lambda: _collect(self.resume_with_params(checkpoint_id, targets, takeover=takeover)),
+                        what="Runner.resume_with_params_sync()", instead="async for event in runner.resume_with_params(...)")
+
+    # --- engine events -> agent events ------------------------------------------------------------------
+
+    async def _events(self, input: Any, options: dict[str, Any]) -> AsyncIterator[AgentEvent]:
+        live = _Live(self.agent.name, self.streaming)
+        events = self.app.aevents(input, callbacks=[live], streaming=False, **options)
+        try:
+            async for event in events:
+                for out in live.translate(event):
+                    yield out
+        except GraphInterrupted:
+            return  # already announced as an action, after the pause was saved
+        except Exception as err:
+            live.close_all()
+            yield AgentEvent(agent_name=self.agent.name, error=err)
+            return
+        finally:
+            await events.aclose()
+        yield AgentEvent(agent_name=self.agent.name, action=AgentAction(exit=True))
+
+
+class _Live:
+    """A callback inside the run (feeds live streams) plus the translation of engine events.
+
+    The callback runs in the run's task the moment a chunk exists; the translation runs in the
+    consumer, possibly later. Streams pass between them in order (a FIFO per kind), so a slow consumer
+    still pairs each announcement with the right stream.
+    """
+
+    def __init__(self, agent: str, streaming: bool) -> None:
+        self.agent = agent
+        self.streaming = streaming
+        self.model_stream: _Stream | None = None
+        self.model_streams: deque[_Stream] = deque()
+        self.tool_streams: dict[str, _Stream] = {}
+
+    # --- inside the run ---------------------------------------------------------------------------
+
+    def on_chunk(self, event: Event) -> None:
+        data = event.data
+        if event.node_path == ("model",) and isinstance(data, Message):
+            if self.model_stream is None or self.model_stream.closed:
+                self.model_stream = _Stream()
+                self.model_streams.append(self.model_stream)
+            self.model_stream.put(data)
+        elif isinstance(data, ToolEvent) and self.streaming:
+            stream = self.tool_streams.setdefault(data.call_id, _Stream())
+            if data.kind == "chunk":
+                stream.put(Message.tool(data.data, tool_call_id=data.call_id, name=data.name))
+            elif data.kind == "end":
+                if not stream.seen and stream._queue.empty():  # an invokable tool: its result is one chunk
+                    stream.put(data.data)
+                stream.close()
+
+    def on_end(self, event: Event) -> None:
+        if event.node_path == ("model",) and self.model_stream is not None:
+            self.model_stream.close()
+
+    def on_error(self, event: Event) -> None:
+        self.close_all()
+
+    def close_all(self) -> None:
+        for stream in (self.model_stream, *self.model_streams, *self.tool_streams.values()):
+            if stream is not None:
+                stream.close()
+
+    # --- in the consumer, in order ----------------------------------------------------------------
+
+    def translate(self, event: Event) -> list[AgentEvent]:
+        kind, path, data = event.kind, event.node_path, event.data
+        if kind == "interrupt" and path == ():
+            return [self._event(action=AgentAction(interrupted=data))]
+        if path == ("model",):
+            if kind == "chunk" and self.streaming and self.model_streams and data is self.model_streams[0].first:
+                return [self._event(output=AgentOutput(role="assistant", stream=self.model_streams.popleft()))]
+            if kind == "end" and not self.streaming:
+                return [self._event(output=AgentOutput(role="assistant", message=data))]
+            return []
+        if kind == "chunk" and isinstance(data, ToolEvent):
+            return self._tool_event(data)
+        return []
+
+    def _tool_event(self, data: ToolEvent) -> list[AgentEvent]:
+        out: list[AgentEvent] = []
+        if data.kind == "start" and data.rerun:
+            out.append(self._event(action=AgentAction(rerun=ToolRerun(
+                name=data.name, call_id=data.call_id, idempotency_key=data.idempotency_key))))
+        if data.kind == "start" and self.streaming:  # announced as it starts; its chunks arrive live
+            stream = self.tool_streams.setdefault(data.call_id, _Stream())
+            out.append(self._event(output=AgentOutput(role="tool", tool_name=data.name, stream=stream)))
+        elif data.kind == "end" and not self.streaming:
+            out.append(self._event(output=AgentOutput(role="tool", tool_name=data.name, message=data.data)))
+        return out
+
+    def _event(self, **fields: Any) -> AgentEvent:
+        return AgentEvent(agent_name=self.agent, **fields)
+
+
+async def _collect(events: AsyncIterator[AgentEvent]) -> list[AgentEvent]:
+    collected = []
+    async for event in events:
+        if event.output is not None and event.output.stream is not None:
+            await event.output.get_message()
+        if event.error is not None:
+            raise event.error
+        collected.append(event)
+    return collected

@@ -59,6 +59,8 @@ class _Step:
     done: dict[str, list[Any]]
     paused: dict[str, Any]
     started: set[str]
+    keys: dict[str, str]
+    """Idempotency keys of paused calls: a call keeps its key when a resume runs it in a later step."""
 
 
 class ToolsNode:
@@ -113,7 +115,8 @@ class ToolsNode:
             if key.startswith("result:"):
                 done.setdefault(key[7:], list(value))
         started = {key[6:] for key in recorded if key.startswith("start:")}
-        return _Step(ledger=ledger, done=done, paused=dict(saved.get("paused") or {}), started=started)
+        return _Step(ledger=ledger, done=done, paused=dict(saved.get("paused") or {}), started=started,
+                     keys=dict(saved.get("keys") or {}))
 
     def _finish(self, calls: list[ToolCall], outcomes: list[Any], step: _Step) -> ToolBatch:
         errors = [o for o in outcomes if isinstance(o, BaseException) and not isinstance(o, Interrupt)]
@@ -124,7 +127,8 @@ class ToolsNode:
         if paused:
             raise CompositeInterrupt(
                 {"paused_tool_calls": [c.id for c, _ in paused]},
-                {"done": finished, "paused": {c.id: o.info for c, o in paused}},
+                {"done": finished, "paused": {c.id: o.info for c, o in paused},
+                 "keys": {c.id: step.keys[c.id] for c, _ in paused if c.id in step.keys}},
                 [o for _, o in paused],
             )
         stop = next((content for content, stopped in finished.values() if stopped), None)
@@ -141,6 +145,7 @@ class ToolsNode:
         with address_segment("tool", _segment(call.name or "unknown"), _segment(call.id)):
             was, has_state, state = get_interrupt_state()
             resumed = False
+            key = step.keys.setdefault(call.id, idempotency_key())
             if was or call.id in step.paused:
                 if not get_resume_context()[0]:  # not targeted: pause again as it was, without running
                     info = step.paused.get(call.id)
@@ -148,8 +153,7 @@ class ToolsNode:
                 resumed = True
             ctx = ToolContext(
                 name=call.name, call_id=call.id, checkpoint_id=current_checkpoint_id(), arguments=call.arguments,
-                idempotency_key=idempotency_key(), resumed=resumed,
-                rerun=call.id in step.started,
+                idempotency_key=key, resumed=resumed, rerun=call.id in step.started,
             )
             return await self._execute(call, ctx, step)
 

@@ -1,0 +1,74 @@
+"""Agents across processes: a tool's pause resumed by another process, and a crash between two sibling
+tool calls — the finished call does not run again, the unfinished one runs again with the same key."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SCRIPT = Path(__file__).parent / "procs" / "agent_proc.py"
+
+
+def start(db, cid, mode, *extra, journal):
+    return subprocess.Popen([sys.executable, str(SCRIPT), str(db), cid, mode, "--journal", str(journal), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run(db, cid, mode, *extra, journal):
+    proc = start(db, cid, mode, *extra, journal=journal)
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, [json.loads(line) for line in out.splitlines() if line.strip()], err
+
+
+def journal_lines(journal: Path) -> list[list[str]]:
+    return [line.split() for line in journal.read_text().splitlines()]
+
+
+def wait_until(condition, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_a_tool_pause_is_resumed_by_another_process(tmp_path):
+    db, journal = tmp_path / "agent.db", tmp_path / "journal"
+    code, out, err = run(db, "acct", "pause", journal=journal)
+    assert code == 2, err
+    (iid,) = out[-1]["interrupt"]
+    code, out, err = run(db, "acct", "pause", "--resume", json.dumps({iid: "yes"}), journal=journal)
+    assert code == 0, err
+    assert [o["content"] for o in out if "role" in o] == ["transferred 5", "100", "transferred 5; 100"]
+    lines = journal_lines(journal)
+    assert [l[0] for l in lines] == ["transfer", "balance", "transfer"]  # balance ran once, in the first process
+    assert lines[0][2] != lines[2][2] and lines[0][3] == lines[2][3]  # another process, the same call key
+
+
+def test_sigkill_between_sibling_tool_calls_reruns_only_the_unfinished_one(tmp_path):
+    db, journal = tmp_path / "agent.db", tmp_path / "journal"
+    proc = start(db, "job", "crash", "--slow-sleep", "60", journal=journal)
+
+    def fast_recorded() -> bool:
+        try:
+            with sqlite3.connect(db, timeout=5) as conn:
+                rows = conn.execute("SELECT call_id FROM waypoint_ledger WHERE checkpoint_id = 'job'").fetchall()
+        except sqlite3.OperationalError:
+            return False
+        keys = {r[0].rsplit("|", 1)[-1] for r in rows}
+        return {"result:call_1", "start:call_2"} <= keys
+
+    wait_until(fast_recorded)  # fast finished (its result is in the ledger); slow started, sleeping
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    code, out, err = run(db, "job", "crash", "--continue-run", "--takeover", journal=journal)
+    assert code == 0, err
+    first = journal_lines(journal)
+    assert [l[0] for l in first] == ["fast", "slow", "slow"]  # fast: once; slow: again
+    assert first[1][3] == first[2][3]  # the same idempotency key across the crash
+    assert {"rerun": "slow", "key": first[1][3]} in out  # and the events say it was re-run
+    assert out[-1] == {"role": "assistant", "content": "fast result; slow result"}

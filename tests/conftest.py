@@ -6,6 +6,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def _import_the_standard_librarys_cmd() -> None:
     """`python -m pytest` puts the current directory first on sys.path, where the repository's `cmd/`
@@ -39,3 +41,16 @@ def linear(name: str, *fns, **compile_opts):
     for a, b in zip([START, *keys], [*keys, END]):
         g.add_edge(a, b)
     return g.compile(**compile_opts)
+
+
+@pytest.fixture
+def chat_server():
+    """A chat-completions server on 127.0.0.1 (tests/chat_server.py); fails the test if replies are left."""
+    from chat_server import ChatServer
+
+    server = ChatServer()
+    try:
+        yield server
+    finally:
+        server.close()
+    assert not server.replies, f"{len(server.replies)} scripted replies were never requested"

@@ -70,7 +70,7 @@ async def test_react_loop_runs_parallel_tools_and_keeps_call_order():
     events = await collect(Runner(agent).run("go"))
     assert outputs(events) == [("assistant", None, ""), ("tool", "slow_echo", "A"), ("tool", "slow_echo", "B"),
                                ("assistant", None, "done: A, B")]
-    second_call = model.calls[1]["messages"]
+    second_call = model.calls[1].messages
     assert [m.role for m in second_call] == ["system", "user", "assistant", "tool", "tool"]
     assert [m.tool_call_id for m in second_call[3:]] == ["call_1", "call_2"]
     assert events[-1][1].exit is True
@@ -306,7 +306,7 @@ async def test_a_conversation_continues_on_its_checkpoint_id():
     await collect(runner.run("I am Ada", checkpoint_id="s"))
     events = await collect(runner.run("who am I?", checkpoint_id="s"))
     assert outputs(events)[-1][2] == "You said: ['I am Ada', 'who am I?']"
-    assert [m.role for m in model.calls[1]["messages"]] == ["system", "user", "assistant", "user"]
+    assert [m.role for m in model.calls[1].messages] == ["system", "user", "assistant", "user"]
 
 
 async def test_new_input_for_a_paused_agent_run_is_refused():
@@ -345,7 +345,7 @@ async def test_tool_context_and_schema():
     events = await collect(runner.run("greet Bo", checkpoint_id="c"))
     assert ("tool", "greet", "hi Bo hi Bo") in events
     assert seen == [("greet", "call_1", "c", 32, False)]
-    assert model.calls[0]["tools"][0].name == "greet"
+    assert model.calls[0].tools[0].name == "greet"
 
 
 async def test_middleware_wraps_tools_and_model_first_is_outermost():

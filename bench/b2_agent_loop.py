@@ -4,8 +4,10 @@ A 2-node cycle: "model" appends a ~500-byte message ({"role", "content": 480 cha
 messages list, "tool" appends another, then a branch loops back to "model" until ITERATIONS rounds
 are done (2 node-steps per iteration: 200 iterations = 400 steps).
 
-- Waypoint: `Graph(state=Chat)` (a registered dataclass with `messages: list[dict]`), nodes append to
-  `state.messages`; `SQLiteStore(file)`, `durability="step"`; `await app.ainvoke(...)`.
+- Waypoint: `Graph(state=Chat)` (a registered dataclass with `messages: list[Message]`, the message
+  type Waypoint's agents store: ~500 bytes each), nodes append to `state.messages`; `SQLiteStore(file)`,
+  `durability="step"`; `await app.ainvoke(...)`. Case `it200-dicts` stores plain dicts instead: dicts can
+  change in place, so every step re-encodes the list to compare it (growth shows there).
 - LangGraph: `StateGraph` with `messages: Annotated[list, operator.add]` (plain dicts), nodes return
   `{"messages": [msg]}`; `SqliteSaver(file)`, `durability="sync"`; sync `app.invoke(...)`.
 
@@ -45,15 +47,16 @@ from typing import Annotated, Any
 from bench._harness import child_parser, emit, error_payload
 from bench._stores import temp_db
 
-CASES = ("it50", "it100", "it200", "it200-normal", "it200-full")
+CASES = ("it50", "it100", "it200", "it200-normal", "it200-full", "it200-dicts")
 WARMUP_ITERATIONS = 3
 CONTENT = 480  # characters of content: the message is ~500 bytes once encoded
 
 
-def parse_case(case: str) -> tuple[int, str]:
-    """(iterations, synchronous setting or "" for the library's own default)."""
+def parse_case(case: str) -> tuple[int, str, bool]:
+    """(iterations, synchronous setting or "" for the library's own default, dict messages?)."""
     head, _, sync = case.partition("-")
-    return int(head.removeprefix("it")), sync.upper()
+    dicts = sync == "dicts"
+    return int(head.removeprefix("it")), "" if dicts else sync.upper(), dicts
 
 
 def msg(role: str, turn: int) -> dict[str, Any]:
@@ -93,18 +96,24 @@ def figures(wall_ns: int, stamps: list[int], iterations: int, size: int) -> dict
 # --------------------------------------------------------------------------- Waypoint
 
 
-def run_waypoint(iterations: int, sync: str) -> dict[str, Any]:
+def run_waypoint(iterations: int, sync: str, dicts: bool = False) -> dict[str, Any]:
     from dataclasses import dataclass, field
 
-    from waypoint.engine import END, START, Graph
+    from waypoint.engine import END, START, Graph, Message
     from waypoint.engine.serde import register_type
     from waypoint.stores import SQLiteStore
 
     @register_type(name="bench.Chat")
     @dataclass
     class Chat:
-        messages: list[dict] = field(default_factory=list)
+        messages: list[Any] = field(default_factory=list)
         turns: int = 0
+
+    def message(role: str, turn: int) -> Any:
+        if dicts:
+            return msg(role, turn)
+        return Message(role=role, content=role[0] * CONTENT, name=f"turn-{turn}",
+                       tool_call_id=f"call_{turn}" if role == "tool" else None)
 
     def build(path: Path, n: int, stamps: list[int]) -> tuple[Any, Any]:
         g = Graph(name="b2", state=Chat)
@@ -112,11 +121,11 @@ def run_waypoint(iterations: int, sync: str) -> dict[str, Any]:
         def model(x: int, state: Chat) -> int:
             stamps.append(time.perf_counter_ns())
             state.turns += 1
-            state.messages.append(msg("assistant", state.turns))
+            state.messages.append(message("assistant", state.turns))
             return state.turns
 
         def tool(x: int, state: Chat) -> int:
-            state.messages.append(msg("tool", state.turns))
+            state.messages.append(message("tool", state.turns))
             return x
 
         g.add_node("model", model)
@@ -215,10 +224,10 @@ def run_langgraph(iterations: int, sync: str) -> dict[str, Any]:
 
 
 def measure(impl: str, case: str) -> dict[str, Any]:
-    iterations, sync = parse_case(case)
+    iterations, sync, dicts = parse_case(case)
     if impl == "waypoint":
         sync = "" if sync == "NORMAL" else sync  # NORMAL is the store's default
-        return run_waypoint(iterations, sync)
+        return run_waypoint(iterations, sync, dicts)
     sync = "" if sync == "FULL" else sync  # FULL is sqlite's (and so SqliteSaver's) default
     return run_langgraph(iterations, sync)
 

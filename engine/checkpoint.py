@@ -23,8 +23,10 @@ Only the small header is written per version; parts are encoded once (`mark` reu
 
 from __future__ import annotations
 
+import enum
 import functools
 import hashlib
+import operator
 import os
 import time
 from collections.abc import Mapping
@@ -87,6 +89,16 @@ class _PartCache:
     count: int = 0
     links: int = 1
     """Segments in a list part's chain."""
+    items: list[Any] | None = None
+    """The items last written, kept only when every one is immutable (then identity proves them unchanged)."""
+    tail: list[bytes] | None = None
+    """Segments appended on the identity path since `raw` was last joined (joined when needed)."""
+
+    def full_raw(self) -> bytes | None:
+        if self.tail:
+            self.raw = b"".join([self.raw or b"", *self.tail])
+            self.tail = None
+        return self.raw
 
 
 @dataclass(kw_only=True)
@@ -203,26 +215,50 @@ class Checkpointer:
     def _list(self, name: str, items: list[Any], blobs: list[Blob]) -> str:
         """A list part: when the list only grew, write just the new items as a segment on its chain.
 
-        One encoding of the whole list (C speed), then a byte-prefix test against the last write:
-        msgpack values are self-delimiting, so "the old items' bytes are a prefix of the new ones"
-        means exactly "the old items are unchanged and items were appended" — an item edited in place
-        changes the bytes and starts a new chain.
+        Fast path (the cost of a step does not grow with the list): when every item written last time
+        is immutable (str, numbers, tuples, frozen pydantic models such as `Message`, frozen
+        dataclasses) and the list still holds those very objects in front, only the new items are
+        encoded. Otherwise one encoding of the whole list (C speed) and a byte-prefix test against the
+        last write: msgpack values are self-delimiting, so "the old items' bytes are a prefix of the new
+        ones" means exactly "the old items are unchanged and items were appended" — an item edited in
+        place changes the bytes and starts a new chain.
         """
-        ser = self.serializer
-        raw = _array_body(ser.pack(items, root=f"{self.checkpoint_id}.{name}"))
         cached = self._cache.get(name)
+        if cached is not None and cached.items is not None and cached.links < MAX_CHAIN \
+                and len(items) >= cached.count and all(map(operator.is_, items, cached.items)):
+            if len(items) == cached.count:
+                return cached.head
+            new = items[cached.count:]
+            if all(map(_immutable, new)):
+                new_raw = _array_body(self.serializer.pack(new, root=f"{self.checkpoint_id}.{name}"))
+                digest = self._segment(cached.head, len(new), new_raw, blobs)
+                tail = cached.tail or []
+                tail.append(new_raw)
+                self._cache[name] = _PartCache(head=digest, raw=cached.raw, tail=tail, count=len(items),
+                                               links=cached.links + 1, items=list(items))
+                return digest
+        return self._list_by_bytes(name, items, cached, blobs)
+
+    def _list_by_bytes(self, name: str, items: list[Any], cached: _PartCache | None, blobs: list[Blob]) -> str:
+        raw = _array_body(self.serializer.pack(items, root=f"{self.checkpoint_id}.{name}"))
         parent, new_raw, new_count, links = None, raw, len(items), 1  # a new chain, unless it only grew
-        if cached is not None and cached.raw is not None and raw.startswith(cached.raw):
+        old = cached.full_raw() if cached is not None else None
+        if old is not None and raw.startswith(old):
             if len(items) == cached.count:
                 return cached.head
             if cached.links < MAX_CHAIN:  # else restart it: reading a chain stays bounded
-                parent, new_raw, new_count = cached.head, raw[len(cached.raw):], len(items) - cached.count
+                parent, new_raw, new_count = cached.head, raw[len(old):], len(items) - cached.count
                 links = cached.links + 1
-        data = ser.encode_value([new_count, new_raw])
+        digest = self._segment(parent, new_count, new_raw, blobs)
+        kept = list(items) if all(map(_immutable, items)) else None
+        self._cache[name] = _PartCache(head=digest, raw=raw, count=len(items), links=links, items=kept)
+        return digest
+
+    def _segment(self, parent: str | None, count: int, raw: bytes, blobs: list[Blob]) -> str:
+        data = self.serializer.encode_value([count, raw])
         digest = self._hash(parent, data)
         if digest not in self._known:
             blobs.append(Blob(hash=digest, data=data, parent=parent))
-        self._cache[name] = _PartCache(head=digest, raw=raw, count=len(items), links=links)
         return digest
 
     def snapshot(self, pos: RunPosition) -> bytes:
@@ -571,3 +607,24 @@ def _difference(old: dict[str, Any], new: dict[str, Any], where: str = "") -> st
     if old.get("branches") != new.get("branches"):
         changes.append("branches changed")
     return prefix + ("; ".join(changes) or "the structure differs")
+
+
+_ATOMS = frozenset({str, bytes, int, float, bool, type(None), complex})
+
+
+def _immutable(value: Any, depth: int = 0) -> bool:
+    """True when nothing reachable from `value` can change in place (so identity proves equality)."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return True
+    if depth > 8:
+        return False
+    if kind is tuple or kind is frozenset:
+        return all(_immutable(v, depth + 1) for v in value)
+    config = getattr(kind, "model_config", None)  # a pydantic model declared frozen
+    if isinstance(config, dict) and config.get("frozen") and not getattr(value, "__pydantic_extra__", None):
+        return all(_immutable(v, depth + 1) for v in value.__dict__.values())
+    params = getattr(kind, "__dataclass_params__", None)
+    if params is not None and params.frozen and hasattr(value, "__dict__"):
+        return all(_immutable(v, depth + 1) for v in vars(value).values())
+    return isinstance(value, enum.Enum)

@@ -246,3 +246,55 @@ def test_sync_invoke_pauses_and_resumes_with_a_sqlite_store(tmp_path):
         app.invoke(4, checkpoint_id="s")
     assert app.invoke(None, checkpoint_id="s", resume=True) == 40
     assert info.value.checkpoint_id == "s"
+
+
+@pytest.mark.parametrize("edit", ["replace an immutable item", "change a mutable item in place"])
+async def test_a_conversation_of_messages_is_stored_by_appending_and_edits_still_land(tmp_path, edit):
+    """Identity proves unchanged immutable items (no re-encoding); a replaced item, or a mutable one
+    changed in place, is still caught."""
+    from dataclasses import dataclass, field
+
+    from waypoint.engine import Message
+    from waypoint.engine.serde import register_type
+
+    @register_type(name=f"tests.checkpoints.Convo.{edit.split()[0]}")
+    @dataclass
+    class Convo:
+        messages: list = field(default_factory=list)
+
+    written: list[int] = []
+    mutable = edit.startswith("change")
+
+    class Measuring(SQLiteStore):
+        async def put(self, meta, header, parts, blobs, *, expected_version):
+            written.append(sum(len(b.data) for b in blobs))
+            await super().put(meta, header, parts, blobs, expected_version=expected_version)
+
+    def grow(n, state):
+        item = {"mutable": ["a"]} if mutable and n == 0 else Message.user(f"{n:04d}" + "x" * 400)
+        state.messages.append(item)
+        return n + 1
+
+    def change(n, state):
+        if mutable:
+            state.messages[0]["mutable"].append("b")  # written long ago, changed in place
+        else:
+            state.messages[0] = Message.user("replaced")  # a new object where an old one was
+        return n
+
+    g = Graph(name="convo", state=Convo)
+    g.add_node("grow", grow)
+    g.add_node("change", change)
+    g.add_edge(START, "grow")
+    g.add_branch("grow", lambda n: "grow" if n < 60 else "change", ends=["grow", "change"])
+    g.add_edge("change", END)
+    db = tmp_path / "c.db"
+    app = g.compile(store=Measuring(db), max_steps=100)
+    assert await app.ainvoke(0, checkpoint_id="c") == 60
+    if not mutable:
+        growing = written[3:60]
+        assert max(growing) - min(growing) < 50  # each step writes one message, not the conversation
+    snap = await g.compile(store=SQLiteStore(db), max_steps=100).get_run("c")
+    first = snap.state.messages[0]
+    assert first == ({"mutable": ["a", "b"]} if mutable else Message.user("replaced"))
+    assert [m.content[:4] for m in snap.state.messages[1:]] == [f"{i:04d}" for i in range(1, 60)]

@@ -55,6 +55,12 @@ ROWS: dict[str, list[Row]] = {
         Row("B2 growth curve", "DB bytes ÷ steps at 200 steps (100 it.)", "bench.b2_agent_loop",
             "bytes_per_step", "B/step", "it100", "it100"),
     ],
+    "b7": [
+        Row("B7 ReAct agent, 20 it.", "ms per iteration, SQLite as shipped (WP step · LG SqliteSaver sync)",
+            "bench.b7_react", "ms_per_iteration", "ms", "sqlite", "sqlite", "≤ 0.2"),
+        Row("B7 ReAct agent, 20 it.", "ms per iteration, both synchronous=NORMAL", "bench.b7_react",
+            "ms_per_iteration", "ms", "sqlite", "sqlite-normal"),
+    ],
     "b3": [
         Row("B3 cold resume (new process)", "resume excl. all imports, SQLite as shipped (WP NORMAL · LG FULL)",
             "bench.b3_resume", "resume_ms", "ms", "sqlite", "sqlite", "≤ 0.25"),

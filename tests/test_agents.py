@@ -384,3 +384,60 @@ def test_run_sync_returns_the_events_and_the_graph_is_drawn():
     events = Runner(agent).run_sync("hi")
     assert events[0].output.message.content == "hello" and events[-1].action.exit
     assert "[model]" in agent.to_mermaid() and "tools" not in agent.to_mermaid()
+
+
+async def test_a_streamable_tools_chunks_reach_the_consumer_live():
+    gate = asyncio.Event()
+
+    @tool
+    async def tail_log(lines: int):
+        """Stream a log."""
+        yield "line 1\n"
+        await asyncio.wait_for(gate.wait(), 5)  # the rest only after the consumer saw the first line
+        yield "line 2\n"
+
+    model = ScriptedChatModel([ask(("tail_log", {"lines": 2})), "read it"])
+    runner = Runner(ChatModelAgent(name="logs", model=model, tools=[tail_log]), streaming=True)
+    seen = []
+    async for event in runner.run("tail"):
+        if event.output is not None and event.output.role == "tool":
+            async for chunk in event.output.stream:
+                seen.append(chunk.content)
+                gate.set()
+    assert seen == ["line 1\n", "line 2\n"]
+    assert model.calls[1].messages[-1].content == "line 1\nline 2\n"
+
+
+async def test_a_tools_node_is_a_node_of_any_graph_and_tools_may_bring_their_own_schema():
+    from waypoint.engine import END, START, Graph, Tool, ToolInfo, ToolsNode
+
+    def raw(**kwargs):
+        return f"raw got {sorted(kwargs)}"
+
+    hand = Tool(raw, info=ToolInfo(name="raw", description="hand-written", parameters={
+        "type": "object", "properties": {"anything": {"type": "string"}}}))
+    g = Graph(name="plain")
+    g.add_node("ask", lambda _: ask(("raw", {"anything": "x", "more": 1})))
+    g.add_node("tools", ToolsNode([hand]))
+    g.add_edge(START, "ask")
+    g.add_edge("ask", "tools")
+    g.add_edge("tools", END)
+    (result,) = await g.compile().ainvoke(None)
+    assert result.content == "raw got ['anything', 'more']" and result.tool_call_id == "call_1"
+
+
+async def test_the_offline_model_drives_an_agent_without_a_key():
+    from waypoint.engine.models import OfflineModel
+
+    ran = []
+
+    @tool
+    def execute(command: str) -> str:
+        """Run a shell command."""
+        ran.append(command)
+        return "hello"
+
+    events = await collect(Runner(ChatModelAgent(name="off", model=OfflineModel(), tools=[execute]))
+                           .run("please run the command echo hello"))
+    assert ran == ["echo hello"]
+    assert "hello" in outputs(events)[-1][2]

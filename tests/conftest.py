@@ -54,3 +54,18 @@ def chat_server():
     finally:
         server.close()
     assert not server.replies, f"{len(server.replies)} scripted replies were never requested"
+
+
+@pytest.fixture(params=["memory", "sqlite", "sqlalchemy-sqlite"])
+async def store(request, tmp_path):
+    """Each store the contract covers, on a fresh database (memory, SQLite file, SQLAlchemy + aiosqlite)."""
+    from waypoint.stores import MemoryStore, SQLiteStore, SQLStore
+
+    if request.param == "memory":
+        s = MemoryStore()
+    elif request.param == "sqlite":
+        s = SQLiteStore(tmp_path / "runs.db")
+    else:
+        s = SQLStore(f"sqlite+aiosqlite:///{tmp_path / 'runs.db'}")
+    yield s
+    await s.close()

@@ -250,10 +250,8 @@ async def test_a_timed_sync_node_still_sees_its_resume_context():
     assert await app.ainvoke(None, checkpoint_id="g", resume=True) == 7
 
 
-async def test_closing_a_stream_cancels_its_run_at_once_and_saves_it(tmp_path):
-    store = SQLiteStore(tmp_path / "s.db")
-    produced = []
-
+def talking(store, produced: list):
+    """START -> talk (streams 100 chunks, 10 ms apart, noting each) -> END."""
     async def talk(x):
         for i in range(100):
             produced.append(i)
@@ -264,8 +262,13 @@ async def test_closing_a_stream_cancels_its_run_at_once_and_saves_it(tmp_path):
     g.add_node("talk", talk)
     g.add_edge(START, "talk")
     g.add_edge("talk", END)
-    app = g.compile(store=store)
-    stream = app.astream("hi", checkpoint_id="t")
+    return g.compile(store=store)
+
+
+async def test_closing_a_stream_cancels_its_run_at_once_and_saves_it(tmp_path):
+    store = SQLiteStore(tmp_path / "s.db")
+    produced: list = []
+    stream = talking(store, produced).astream("hi", checkpoint_id="t")
     assert await stream.__anext__() == "0 "
     await stream.aclose()
     meta = (await store.history("t"))[0]
@@ -278,20 +281,8 @@ async def test_closing_a_stream_cancels_its_run_at_once_and_saves_it(tmp_path):
 
 async def test_breaking_out_of_a_stream_cancels_its_run():
     store = MemoryStore()
-    produced = []
-
-    async def talk(x):
-        for i in range(100):
-            produced.append(i)
-            yield i
-            await asyncio.sleep(0.01)
-
-    g = Graph(name="talk")
-    g.add_node("talk", talk)
-    g.add_edge(START, "talk")
-    g.add_edge("talk", END)
-    app = g.compile(store=store)
-    async for _ in app.astream("hi", checkpoint_id="t"):
+    produced: list = []
+    async for _ in talking(store, produced).astream("hi", checkpoint_id="t"):
         break
     await asyncio.sleep(0.05)
     assert (await store.history("t"))[0].error == "cancelled"

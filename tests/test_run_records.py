@@ -22,19 +22,8 @@ from waypoint.engine import (
     WaypointError,
     get_resume_context,
 )
-from waypoint.stores import MemoryStore, SQLiteStore, SQLStore
+from waypoint.stores import MemoryStore, SQLiteStore
 
-
-@pytest.fixture(params=["memory", "sqlite", "sqlalchemy-sqlite"])
-async def store(request, tmp_path):
-    if request.param == "memory":
-        s = MemoryStore()
-    elif request.param == "sqlite":
-        s = SQLiteStore(tmp_path / "runs.db")
-    else:
-        s = SQLStore(f"sqlite+aiosqlite:///{tmp_path / 'runs.db'}")
-    yield s
-    await s.close()
 
 
 def toggling(store, hook) -> Graph:

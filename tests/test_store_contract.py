@@ -11,17 +11,6 @@ from waypoint.engine.store import Blob, CheckpointMeta, MissingBlobs
 from waypoint.stores import MemoryStore, SQLiteStore, SQLStore
 
 
-@pytest.fixture(params=["memory", "sqlite", "sqlalchemy-sqlite"])
-async def store(request, tmp_path):
-    if request.param == "memory":
-        s = MemoryStore()
-    elif request.param == "sqlite":
-        s = SQLiteStore(tmp_path / "runs.db")
-    else:
-        s = SQLStore(f"sqlite+aiosqlite:///{tmp_path / 'runs.db'}")
-    yield s
-    await s.close()
-
 
 def meta(cid="run-1", version=1, status="running", updated=100.0, **kw):
     return CheckpointMeta(checkpoint_id=cid, version=version, status=status, step=version, fingerprint="fp",

@@ -28,7 +28,7 @@ from .graph import END, START, Graph
 from .interrupts import CompositeInterrupt, Interrupt, InterruptCtx, InterruptInfo, StatefulInterrupt
 from .merge import register_merge
 from .nodes import Component, Lambda
-from .resume import address_segment, get_interrupt_state, get_resume_context
+from .resume import address_segment, get_interrupt_info, get_interrupt_state, get_resume_context
 from .retry import RetryPolicy
 from .store import Checkpoint, CheckpointMeta, CheckPointStore
 from .streams import register_concat
@@ -37,9 +37,10 @@ from .streams import register_concat
 _LAZY = {
     **dict.fromkeys(("register_type", "Serializer", "TypeRegistry", "UnsupportedFormat", "UnknownType"), "serde"),
     **dict.fromkeys(("Message", "ToolCall", "ToolInfo"), "models"),
-    **dict.fromkeys(("tool", "Tool", "ToolContext", "ToolsNode", "RetryAgentRun", "StopAgentRun"), "tools"),
+    **dict.fromkeys(("tool", "Tool", "ToolContext", "ToolsNode", "RetryAgentRun", "StopAgentRun", "Respond",
+                     "Restart", "Decision"), "tools"),
     **dict.fromkeys(("ChatModelAgent", "Runner", "AgentEvent", "AgentOutput", "AgentAction", "AgentMiddleware",
-                     "AgentContext"), "agents"),
+                     "AgentContext", "RetryNotice"), "agents"),
     **dict.fromkeys(("emit_chunk", "task_ledger", "idempotency_key"), "task"),
 }
 
@@ -63,6 +64,9 @@ __all__ = [
     "ToolsNode",
     "RetryAgentRun",
     "StopAgentRun",
+    "Respond",
+    "Restart",
+    "Decision",
     "ChatModelAgent",
     "Runner",
     "AgentEvent",
@@ -70,6 +74,7 @@ __all__ = [
     "AgentAction",
     "AgentMiddleware",
     "AgentContext",
+    "RetryNotice",
     "emit_chunk",
     "task_ledger",
     "idempotency_key",
@@ -85,6 +90,7 @@ __all__ = [
     "CheckpointMeta",
     "Checkpoint",
     "get_interrupt_state",
+    "get_interrupt_info",
     "get_resume_context",
     "address_segment",
     "START",

@@ -282,6 +282,7 @@ class _Session:
         run.checkpoint = self._on_step if self.durability == "step" else self._remember
         run.checkpoint_id = self.target
         run.step_key = lambda: (self.target, run.pos.ledger)
+        run.version = lambda: self.cp.version
         if self.durability != "step":
             await self._remember(run, "start")
         else:

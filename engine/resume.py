@@ -23,7 +23,7 @@ from .interrupts import InterruptCtx, InterruptInfo, interrupt_id
 from .position import InterruptRecord, RunPosition
 from .scope import _TASK, current_task
 
-__all__ = ["ResumeRequest", "get_interrupt_state", "get_resume_context", "address_segment",
+__all__ = ["ResumeRequest", "get_interrupt_state", "get_interrupt_info", "get_resume_context", "address_segment",
            "pending_interrupt_ids", "static_pauses", "awaits_answer", "has_static_pause", "interrupt_info"]
 
 
@@ -150,6 +150,13 @@ def get_interrupt_state(T: Any = None) -> tuple[bool, bool, Any]:
     if not record.has_state:
         return True, False, None
     return True, True, _convert(record.state, T)
+
+
+def get_interrupt_info() -> Any:
+    """What the calling point's last pause said (`Interrupt(info)`), when it runs again after it; else None."""
+    scope = _scope_or_error("get_interrupt_info")
+    record = scope.resumed.get(scope.address) if scope.resumed else None
+    return None if record is None else record.info
 
 
 def get_resume_context(T: Any = None) -> tuple[bool, bool, Any]:

@@ -88,6 +88,7 @@ class Run:
         self.ledger: Callable[[], tuple] | None = None  # (store, serializer, id, epoch) for task_ledger()
         self.checkpoint_id: str | None = None  # the stored run this executes in, if any
         self.step_key: Callable[[], tuple[str, int]] | None = None  # (checkpoint_id, ledger epoch) when stored
+        self.version: Callable[[], int | None] | None = None  # the stored run's newest version
         self.token = os.urandom(8).hex()  # tells unstored runs apart (idempotency keys)
         self._pause_saved = False
 
@@ -512,7 +513,7 @@ class Run:
             streaming=self.streaming, parent_state=self.pos.state,
         )
         child.ledger, child.checkpoint_id = self.ledger, self.checkpoint_id
-        child.step_key, child.token = self.step_key, self.token
+        child.step_key, child.token, child.version = self.step_key, self.token, self.version
         saved = self.pos.interrupts.get(node.key)
         if saved is not None and saved.child is not None:
             child.restore(saved.child, self.resume)

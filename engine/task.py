@@ -16,7 +16,7 @@ from typing import Any
 from .events import Event
 from .scope import current_task
 
-__all__ = ["emit_chunk", "task_ledger", "TaskLedger", "current_checkpoint_id", "idempotency_key"]
+__all__ = ["emit_chunk", "task_ledger", "TaskLedger", "current_checkpoint_id", "current_version", "idempotency_key"]
 
 
 async def emit_chunk(data: Any) -> None:
@@ -63,6 +63,16 @@ def current_checkpoint_id() -> str | None:
     if scope is None:
         raise RuntimeError("current_checkpoint_id() must be called inside a running node")
     return scope.run.checkpoint_id
+
+
+def current_version() -> int | None:
+    """The newest version of the stored run the calling task executes in — on a resume, its claim
+    (None when the run is not recorded)."""
+    scope = current_task()
+    if scope is None:
+        raise RuntimeError("current_version() must be called inside a running node")
+    version = scope.run.version
+    return version() if version is not None else None
 
 
 def idempotency_key() -> str:

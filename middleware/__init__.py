@@ -1,7 +1,24 @@
-"""Agent middleware (approval, safe-tool, retry, logging/tracing).
+"""Agent middleware: approval, safe tools, retries, logging. The hook protocol (`AgentMiddleware`) is the
+engine's; these implementations import the engine, never the reverse. In an agent's list of
+middlewares the first is the outermost (chapter 7's order: `[ApprovalMiddleware(...),
+SafeToolMiddleware()]`, so the safe-tool wrapper never turns an approval into an error result)."""
 
-Empty for now: the hook protocol and the middleware arrive together with tools and agents. The
-package exists so the distribution's layout is final.
-"""
+from waypoint.engine import AgentMiddleware
 
-__all__: list[str] = []
+from .approval import ApprovalError, ApprovalInfo, ApprovalMiddleware, ApprovalResult
+from .log import LoggingMiddleware
+from .retry import ModelRetryMiddleware, ToolRetryMiddleware, transient
+from .safe import SafeToolMiddleware
+
+__all__ = [
+    "AgentMiddleware",
+    "ApprovalMiddleware",
+    "ApprovalInfo",
+    "ApprovalResult",
+    "ApprovalError",
+    "SafeToolMiddleware",
+    "ToolRetryMiddleware",
+    "ModelRetryMiddleware",
+    "transient",
+    "LoggingMiddleware",
+]

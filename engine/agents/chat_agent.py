@@ -24,6 +24,7 @@ from ..models.schema import Message, ToolCall, as_messages, concat_messages
 from ..serde import register_type
 from ..task import current_checkpoint_id, emit_chunk
 from ..tools.node import ToolsNode
+from ..tools.verbs import Decision
 from .middleware import AgentContext
 
 __all__ = ["ChatModelAgent", "AgentState"]
@@ -36,6 +37,8 @@ class AgentState:
 
     messages: list[Message] = field(default_factory=list)
     iterations: int = 0
+    decisions: list[Decision] = field(default_factory=list)
+    """What resumes decided about paused tool calls (approved, rejected, responded, restarted)."""
     stop: bool = False
     """Set by the tools box when the run must end after it (return_directly, StopAgentRun)."""
 
@@ -158,6 +161,7 @@ class ChatModelAgent:
         """Run the calls; their results join the conversation. Returns the message the run would end with."""
         batch = await self.tools_node.run(message)
         state.messages.extend(batch.messages)
+        state.decisions.extend(batch.decisions)
         direct = [m for m in batch.messages if m.name in self.return_directly]
         state.stop = bool(direct) or batch.stop is not None
         if state.stop:

@@ -23,7 +23,7 @@ from ..models.base import ChatModel
 from ..models.schema import Message
 from ..tools.tool import ToolContext
 
-__all__ = ["AgentMiddleware", "AgentContext", "InvokableEndpoint", "StreamableEndpoint"]
+__all__ = ["AgentMiddleware", "AgentContext", "RetryNotice", "InvokableEndpoint", "StreamableEndpoint"]
 
 InvokableEndpoint = Callable[[str], Awaitable[str]]
 StreamableEndpoint = Callable[[str], AsyncIterator[str]]
@@ -36,6 +36,20 @@ class AgentContext:
     agent_name: str
     state: Any
     checkpoint_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryNotice:
+    """Published (`emit_chunk`) by a retry middleware before it tries a model or tool call again; what
+    that attempt streamed is void. The `Runner` reports it as `AgentAction(retry=...)`."""
+
+    what: str
+    """"model" or "tool"."""
+    name: str
+    attempt: int
+    """The attempt that failed (1 = the first call)."""
+    error: str
+    delay: float
 
 
 class AgentMiddleware:

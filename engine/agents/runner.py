@@ -22,7 +22,9 @@ from ..events import Event
 from ..interrupts import InterruptInfo
 from ..models.schema import Message, as_messages, concat_messages
 from ..tools.node import ToolEvent
+from ..tools.verbs import Decision
 from .chat_agent import ChatModelAgent
+from .middleware import RetryNotice
 
 __all__ = ["Runner", "AgentEvent", "AgentOutput", "AgentAction", "ToolRerun"]
 
@@ -95,11 +97,14 @@ class ToolRerun:
 @dataclass(kw_only=True)
 class AgentAction:
     """Something the run did: ended (`exit`), paused (`interrupted`, once durably saved), re-ran a call
-    after a crash (`rerun`)."""
+    after a crash (`rerun`), carried out a resume's decision about a paused call (`decision`), or is
+    retrying a model or tool call (`retry`: what a retry middleware announced)."""
 
     exit: bool = False
     interrupted: InterruptInfo | None = None
     rerun: ToolRerun | None = None
+    decision: Decision | None = None
+    retry: RetryNotice | None = None
 
 
 @dataclass(kw_only=True)
@@ -203,24 +208,40 @@ class _Live:
         self.model_stream: _Stream | None = None
         self.model_streams: deque[_Stream] = deque()
         self.tool_streams: dict[str, _Stream] = {}
+        self.announced: set[str] = set()
 
     # --- inside the run ---------------------------------------------------------------------------
 
     def on_chunk(self, event: Event) -> None:
         data = event.data
-        if event.node_path == ("model",) and isinstance(data, Message):
+        if isinstance(data, RetryNotice) and data.what == "model" and self.model_stream is not None:
+            self.model_stream.close()  # what it streamed is void; the next attempt opens a new stream
+        elif event.node_path == ("model",) and isinstance(data, Message):
             if self.model_stream is None or self.model_stream.closed:
                 self.model_stream = _Stream()
                 self.model_streams.append(self.model_stream)
             self.model_stream.put(data)
         elif isinstance(data, ToolEvent) and self.streaming:
-            stream = self.tool_streams.setdefault(data.call_id, _Stream())
-            if data.kind == "chunk":
-                stream.put(Message.tool(data.data, tool_call_id=data.call_id, name=data.name))
-            elif data.kind == "end":
-                if not stream.seen and stream._queue.empty():  # an invokable tool: its result is one chunk
-                    stream.put(data.data)
-                stream.close()
+            self._feed_tool(data)
+
+    def _feed_tool(self, data: ToolEvent) -> None:
+        if data.kind == "stop":
+            if data.call_id in self.tool_streams:
+                self.tool_streams[data.call_id].close()
+            return
+        if data.kind not in ("chunk", "end"):
+            return
+        stream = self.tool_streams.setdefault(data.call_id, _Stream())
+        if data.kind == "chunk":
+            stream.put(Message.tool(data.data, tool_call_id=data.call_id, name=data.name))
+        else:
+            if stream.first is None:  # an invokable tool: its result is one chunk
+                stream.put(data.data)
+            stream.close()
+
+    def on_interrupt(self, event: Event) -> None:
+        if event.node_path == ():  # the run paused: nothing more comes for any open stream
+            self.close_all()
 
     def on_end(self, event: Event) -> None:
         if event.node_path == ("model",) and self.model_stream is not None:
@@ -240,6 +261,8 @@ class _Live:
         kind, path, data = event.kind, event.node_path, event.data
         if kind == "interrupt" and path == ():
             return [self._event(action=AgentAction(interrupted=data))]
+        if kind == "chunk" and isinstance(data, RetryNotice):
+            return [self._event(action=AgentAction(retry=data))]
         if path == ("model",):
             if kind == "chunk" and self.streaming and self.model_streams and data is self.model_streams[0].first:
                 return [self._event(output=AgentOutput(role="assistant", stream=self.model_streams.popleft()))]
@@ -252,12 +275,15 @@ class _Live:
 
     def _tool_event(self, data: ToolEvent) -> list[AgentEvent]:
         out: list[AgentEvent] = []
+        if data.kind == "decision":
+            out.append(self._event(action=AgentAction(decision=data.data)))
         if data.kind == "start" and data.rerun:
             out.append(self._event(action=AgentAction(rerun=ToolRerun(
                 name=data.name, call_id=data.call_id, idempotency_key=data.idempotency_key))))
-        if data.kind == "start" and self.streaming:  # announced as it starts; its chunks arrive live
-            stream = self.tool_streams.setdefault(data.call_id, _Stream())
-            out.append(self._event(output=AgentOutput(role="tool", tool_name=data.name, stream=stream)))
+        if self.streaming and data.kind in ("chunk", "end") and data.call_id not in self.announced:
+            self.announced.add(data.call_id)  # at its first chunk (live), or at its end if it has none
+            out.append(self._event(output=AgentOutput(role="tool", tool_name=data.name,
+                                                      stream=self.tool_streams[data.call_id])))
         elif data.kind == "end" and not self.streaming:
             out.append(self._event(output=AgentOutput(role="tool", tool_name=data.name, message=data.data)))
         return out

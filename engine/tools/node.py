@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -24,7 +25,8 @@ from ..interrupts import CompositeInterrupt, Interrupt, StatefulInterrupt
 from ..models.schema import Message, ToolCall, ToolInfo
 from ..resume import address_segment, get_interrupt_state, get_resume_context
 from ..task import TaskLedger, current_checkpoint_id, emit_chunk, idempotency_key, task_ledger
-from .tool import RetryAgentRun, StopAgentRun, Tool, ToolArgumentError, ToolContext, as_tool
+from .tool import RetryAgentRun, StopAgentRun, Tool, ToolArgumentError, ToolContext, _text, as_tool
+from .verbs import Decision, Respond, Restart
 
 __all__ = ["ToolsNode", "ToolBatch", "ToolEvent"]
 
@@ -32,9 +34,10 @@ __all__ = ["ToolsNode", "ToolBatch", "ToolEvent"]
 @dataclass(frozen=True, kw_only=True)
 class ToolEvent:
     """What the tools node publishes live (`emit_chunk`) about one call: it started (`data`: the
-    arguments), produced a chunk of text, or ended (`data`: the tool `Message`)."""
+    arguments), produced a chunk of text, was decided on (`data`: a `Decision`), ended (`data`: the
+    tool `Message`), or stopped without a result (it paused or failed; `data`: the exception)."""
 
-    kind: Literal["start", "chunk", "end"]
+    kind: Literal["start", "chunk", "end", "stop", "decision"]
     call_id: str
     name: str
     data: Any = None
@@ -49,6 +52,8 @@ class ToolBatch:
     messages: list[Message]
     stop: str | None = None
     names: list[str] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    """What resumes decided about paused calls in this batch (approved, rejected, responded, restarted)."""
 
 
 @dataclass
@@ -61,6 +66,9 @@ class _Step:
     started: set[str]
     keys: dict[str, str]
     """Idempotency keys of paused calls: a call keeps its key when a resume runs it in a later step."""
+    decisions: list[Decision] = field(default_factory=list)
+    inputs: dict[str, str] = field(default_factory=dict)
+    """Arguments a `Restart` replaced, for calls that paused again: the next pass keeps them."""
 
 
 class ToolsNode:
@@ -116,7 +124,8 @@ class ToolsNode:
                 done.setdefault(key[7:], list(value))
         started = {key[6:] for key in recorded if key.startswith("start:")}
         return _Step(ledger=ledger, done=done, paused=dict(saved.get("paused") or {}), started=started,
-                     keys=dict(saved.get("keys") or {}))
+                     keys=dict(saved.get("keys") or {}), decisions=list(saved.get("decisions") or []),
+                     inputs=dict(saved.get("inputs") or {}))
 
     def _finish(self, calls: list[ToolCall], outcomes: list[Any], step: _Step) -> ToolBatch:
         errors = [o for o in outcomes if isinstance(o, BaseException) and not isinstance(o, Interrupt)]
@@ -128,12 +137,14 @@ class ToolsNode:
             raise CompositeInterrupt(
                 {"paused_tool_calls": [c.id for c, _ in paused]},
                 {"done": finished, "paused": {c.id: o.info for c, o in paused},
-                 "keys": {c.id: step.keys[c.id] for c, _ in paused if c.id in step.keys}},
+                 "keys": {c.id: step.keys[c.id] for c, _ in paused if c.id in step.keys},
+                 "inputs": {c.id: step.inputs[c.id] for c, _ in paused if c.id in step.inputs},
+                 "decisions": list(step.decisions)},
                 [o for _, o in paused],
             )
         stop = next((content for content, stopped in finished.values() if stopped), None)
         messages = [Message.tool(finished[c.id][0], tool_call_id=c.id, name=c.name) for c in calls]
-        return ToolBatch(messages=messages, stop=stop, names=[c.name for c in calls])
+        return ToolBatch(messages=messages, stop=stop, names=[c.name for c in calls], decisions=list(step.decisions))
 
     async def _one(self, call: ToolCall, step: _Step) -> list[Any]:
         """[content, stopped] for one call, or raises its pause."""
@@ -146,16 +157,39 @@ class ToolsNode:
             was, has_state, state = get_interrupt_state()
             resumed = False
             key = step.keys.setdefault(call.id, idempotency_key())
+            data = None
             if was or call.id in step.paused:
-                if not get_resume_context()[0]:  # not targeted: pause again as it was, without running
+                is_target, _, data = get_resume_context()
+                if not is_target:  # not targeted: pause again as it was, without running
                     info = step.paused.get(call.id)
                     raise StatefulInterrupt(info, state) if has_state else Interrupt(info)
                 resumed = True
             ctx = ToolContext(
-                name=call.name, call_id=call.id, checkpoint_id=current_checkpoint_id(), arguments=call.arguments,
-                idempotency_key=key, resumed=resumed, rerun=call.id in step.started,
+                name=call.name, call_id=call.id, checkpoint_id=current_checkpoint_id(),
+                arguments=step.inputs.get(call.id, call.arguments), idempotency_key=key, resumed=resumed,
+                rerun=call.id in step.started,
+                original_input=call.arguments if call.id in step.inputs else None,
             )
-            return await self._execute(call, ctx, step)
+            try:
+                if isinstance(data, Respond):  # the resumer supplies the result: the tool does not run
+                    ctx.decide("responded")
+                    return await self._record(call, ctx, step, [_text(data.output), False])
+                if isinstance(data, Restart):
+                    self._restart(call, ctx, data, step)
+                return await self._execute(call, ctx, step)
+            finally:  # a decision counts even when the call pauses again
+                if ctx.decision is not None:
+                    step.decisions.append(ctx.decision)
+                    await emit_chunk(ToolEvent(kind="decision", call_id=call.id, name=call.name, data=ctx.decision))
+
+    @staticmethod
+    def _restart(call: ToolCall, ctx: ToolContext, data: Restart, step: _Step) -> None:
+        ctx.decide("restarted")
+        ctx.resumed_metadata = data.metadata
+        if data.replace_input is not None:
+            ctx.original_input = call.arguments
+            ctx.arguments = data.replace_input if isinstance(data.replace_input, str) else json.dumps(data.replace_input)
+            step.inputs[call.id] = ctx.arguments
 
     async def _execute(self, call: ToolCall, ctx: ToolContext, step: _Step) -> list[Any]:
         ledger = step.ledger
@@ -170,7 +204,15 @@ class ToolsNode:
             content = err.message
         except StopAgentRun as err:
             content, stopped = err.message, True
-        outcome = [content, stopped]
+        except BaseException as err:  # it paused or failed: whoever watches its chunks stops waiting
+            await emit_chunk(ToolEvent(kind="stop", call_id=call.id, name=call.name, data=err))
+            raise
+        return await self._record(call, ctx, step, [content, stopped])
+
+    async def _record(self, call: ToolCall, ctx: ToolContext, step: _Step, outcome: list[Any]) -> list[Any]:
+        """The call is done: ledger, decision and result events."""
+        content = outcome[0]
+        ledger = step.ledger
         if ledger is not None:
             await ledger.record(f"result:{call.id}", outcome)
         await emit_chunk(ToolEvent(kind="end", call_id=call.id, name=call.name,
@@ -181,11 +223,11 @@ class ToolsNode:
         tool = self.tools.get(call.name)
         if tool is None:
             return await self._unknown(call)
+        args = ctx.arguments or "{}"
         try:
-            tool.parse(call.arguments)  # before any middleware: nobody approves a call that cannot run
+            tool.parse(args)  # before any middleware: nobody approves a call that cannot run
         except ToolArgumentError as err:
             return f"[tool error] tool '{call.name}': {err}"
-        args = call.arguments or "{}"
         if not tool.streams:
             endpoint: Any = _invokable(tool, ctx)
             for mw in reversed(self.middlewares):

@@ -62,11 +62,21 @@ class ToolContext:
     original_input: Any = None
     rerun: bool = False
     """True when this call had started before a crash without finishing: it runs again."""
+    decision: Any = None
+    """A `Decision` a middleware recorded about this call (`decide`), kept in the run's history."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def is_resumed(self) -> bool:
         """True when this call paused and is now run again by a resume that targeted it."""
         return self.resumed
+
+    def decide(self, verb: str, reason: str | None = None) -> None:
+        """Record what was decided about this paused call ("approved", "rejected", ...)."""
+        from ..task import current_version
+        from .verbs import Decision
+
+        self.decision = Decision(call_id=self.call_id, tool=self.name, verb=verb, reason=reason,  # type: ignore[arg-type]
+                                 version=current_version())
 
 
 class Tool:

@@ -1,27 +1,43 @@
-"""`waypoint`: the command line entry point."""
+"""`waypoint`: the command line entry point.
+
+    waypoint demo                       the tour: an agent's approval, resumed by a new process
+    waypoint chapter N [options]        quickstart chapter N (1-9); also python -m waypoint.cmd.chNN
+    waypoint runs list|show|history|resume|delete [options]   stored runs
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
+
+CHAPTERS = range(1, 10)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `waypoint` CLI; returns the process exit code."""
     parser = argparse.ArgumentParser(prog="waypoint", description="Waypoint: checkpointed graph execution.")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="a run paused for approval, resumed by a new process")
-    demo.add_argument("--db", default=".waypoint/demo.db", help="SQLite file (default: .waypoint/demo.db)")
-    args = parser.parse_args(argv)
+    demo = sub.add_parser("demo", help="an agent's run paused for approval, resumed by a new process")
+    demo.add_argument("--db", default=None, help="SQLite file (default: .waypoint/demo.db)")
+    chapter = sub.add_parser("chapter", help="run a quickstart chapter (1-9)", add_help=False)
+    chapter.add_argument("number", type=int, choices=CHAPTERS, metavar="N")
+    runs = sub.add_parser("runs", help="list, show, resume or delete stored runs", add_help=False)
+    runs.add_argument("rest", nargs=argparse.REMAINDER)
+    args, rest = parser.parse_known_args(argv)
     if args.command == "demo":
-        from pathlib import Path
-
+        if rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
         from .demo import run_demo
 
-        return run_demo(Path(args.db))
-    parser.error(f"unknown command {args.command!r}")
-    return 2
+        return run_demo(args.db)
+    if args.command == "chapter":
+        module = importlib.import_module(f".ch{args.number:02d}", __package__)
+        return module.main(rest)
+    from .runs import main as runs_main
+
+    return runs_main([*args.rest, *rest])
 
 
 if __name__ == "__main__":

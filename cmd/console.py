@@ -1,0 +1,166 @@
+"""What every command and chapter shares: colour (on a TTY only), the embedded database, the model
+(with its banner), the chat prompt, and printing an agent's events as they come (tokens live).
+
+The strings follow Eino's chatwitheino quickstart: `[assistant] `, `you> `, `[tool call] name(args)`,
+`[tool result] <compact, 200 characters at most>`, `[retry] ...` on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+__all__ = ["Console", "default_db", "chapter_parser", "chapter_model", "print_events", "EventSummary",
+           "read_line", "open_store", "compact"]
+
+_STYLES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "blue": "34", "cyan": "36"}
+
+
+class Console:
+    """Text out, coloured only when the stream is a terminal and NO_COLOR is not set."""
+
+    def __init__(self, out: TextIO | None = None, err: TextIO | None = None, *, color: bool | None = None) -> None:
+        self.out = out or sys.stdout
+        self.err = err or sys.stderr
+        self.color = color if color is not None else (self.out.isatty() and "NO_COLOR" not in os.environ)
+
+    def style(self, text: str, *styles: str) -> str:
+        if not self.color or not styles:
+            return text
+        codes = ";".join(_STYLES[s] for s in styles)
+        return f"\033[{codes}m{text}\033[0m"
+
+    def line(self, text: str = "", *styles: str) -> None:
+        print(self.style(text, *styles), file=self.out, flush=True)
+
+    def write(self, text: str, *styles: str) -> None:
+        self.out.write(self.style(text, *styles))
+        self.out.flush()
+
+    def note(self, text: str, *styles: str) -> None:
+        """A line on stderr (banners, retries): it never mixes into output a script reads."""
+        print(self.style(text, *styles), file=self.err, flush=True)
+
+
+def default_db() -> Path:
+    """The embedded database: `$WAYPOINT_DB`, else `./.waypoint/waypoint.db`."""
+    return Path(os.environ.get("WAYPOINT_DB") or Path(".waypoint") / "waypoint.db")
+
+
+def open_store(db: Path | None = None) -> Any:
+    from waypoint.stores import SQLiteStore
+
+    path = Path(db) if db is not None else default_db()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return SQLiteStore(path)
+
+
+def chapter_parser(number: int, description: str, *, session: bool = False,
+                   instruction: str = "You are a helpful assistant.") -> argparse.ArgumentParser:
+    """The options every chapter takes: `--instruction`, `--db`; from chapter 3 on, `--session`."""
+    p = argparse.ArgumentParser(prog=f"waypoint chapter {number}", description=description)
+    p.add_argument("--instruction", default=instruction, help="the system instruction (default: %(default)r)")
+    p.add_argument("--db", type=Path, default=None, help="SQLite file (default: $WAYPOINT_DB or .waypoint/waypoint.db)")
+    if session:
+        p.add_argument("--session", default=None, help="resume this session (default: a new one)")
+    return p
+
+
+def chapter_model(console: Console) -> Any:
+    """`model_from_env()`, announcing on stderr which model answers (the offline one says so)."""
+    from waypoint.engine.models import OfflineModel, model_from_env
+
+    model = model_from_env()
+    if isinstance(model, OfflineModel):
+        console.note(model.banner, "dim")
+    else:
+        console.note(f"model: {model.name}", "dim")
+    return model
+
+
+def read_line(console: Console, prompt: str = "you> ") -> str | None:
+    """One line typed by the user; None at EOF (Ctrl-D, or the end of piped input)."""
+    console.write(prompt, "bold")
+    line = sys.stdin.readline()
+    if not line:
+        console.line()
+        return None
+    return line.rstrip("\n")
+
+
+def compact(text: str, limit: int = 200) -> str:
+    """A tool result on one line: JSON compacted when it is JSON, at most `limit` characters."""
+    try:
+        text = json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
+    except (ValueError, TypeError):
+        text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+@dataclass
+class EventSummary:
+    """What a run's events came to: the last answer, a pause, an error, what was re-run."""
+
+    answer: str = ""
+    interrupted: Any = None
+    error: BaseException | None = None
+    reruns: list[Any] = field(default_factory=list)
+    decisions: list[Any] = field(default_factory=list)
+
+
+async def print_events(events: Any, console: Console, *, tools: bool = True) -> EventSummary:
+    """Print an agent run's events as they arrive: assistant tokens live, tool calls and results, retries."""
+    summary = EventSummary()
+    async for event in events:
+        if event.error is not None:
+            summary.error = event.error
+            console.note(f"[error] {type(event.error).__name__}: {event.error}", "red")
+        elif event.output is not None:
+            await _print_output(event.output, console, summary, tools)
+        elif event.action is not None:
+            _print_action(event.action, console, summary)
+    return summary
+
+
+async def _print_output(output: Any, console: Console, summary: EventSummary, tools: bool) -> None:
+    if output.role == "assistant":
+        if output.stream is not None:
+            started = False
+            async for chunk in output.stream:
+                if chunk.content:
+                    if not started:
+                        console.write("[assistant] ", "cyan")
+                        started = True
+                    console.write(chunk.content)
+            if started:
+                console.line()
+        message = await output.get_message()
+        if output.stream is None and message.content:
+            console.line(console.style("[assistant] ", "cyan") + message.content)
+        if message.content:
+            summary.answer = message.content
+        if tools:
+            for call in message.tool_calls:
+                console.line(f"[tool call] {call.name}({call.arguments})", "yellow")
+    elif output.role == "tool":
+        message = await output.get_message()
+        if tools:
+            console.line(f"[tool result] {compact(message.content)}", "dim")
+
+
+def _print_action(action: Any, console: Console, summary: EventSummary) -> None:
+    if action.interrupted is not None:
+        summary.interrupted = action.interrupted
+    if action.retry is not None:
+        console.note(f"\n[retry] {action.retry.what} call failed, retrying: {action.retry.error}", "yellow")
+    if action.rerun is not None:
+        summary.reruns.append(action.rerun)
+        console.line(f"[rerun] {action.rerun.name} had started before the crash: it runs again "
+                     f"(same idempotency key {action.rerun.idempotency_key[:12]}…)", "yellow")
+    if action.decision is not None:
+        summary.decisions.append(action.decision)

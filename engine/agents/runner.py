@@ -119,12 +119,16 @@ class AgentEvent:
 
 class Runner:
     """Runs `agent` on `store` (None: nothing recorded, nothing resumable); `streaming=True` streams
-    the model's answers live. Compile options (`durability=`, `lease_seconds=`, `serializer=`) pass on."""
+    the model's answers live; `callbacks` are graph callback handlers (`on_start` / `on_end` / ... per
+    node: a trace of the agent's boxes). Compile options (`durability=`, `lease_seconds=`, `serializer=`)
+    pass on."""
 
-    def __init__(self, agent: ChatModelAgent, *, store: Any = None, streaming: bool = False, **compile_options: Any):
+    def __init__(self, agent: ChatModelAgent, *, store: Any = None, streaming: bool = False,
+                 callbacks: Sequence[Any] = (), **compile_options: Any):
         self.agent = agent
         self.store = store
         self.streaming = streaming
+        self.callbacks = tuple(callbacks)
         self.app = agent.compile(streaming=streaming, store=store, **compile_options)
 
     # --- async iterators ----------------------------------------------------------------------------
@@ -178,7 +182,7 @@ class Runner:
 
     async def _events(self, input: Any, options: dict[str, Any]) -> AsyncIterator[AgentEvent]:
         live = _Live(self.agent.name, self.streaming)
-        events = self.app.aevents(input, callbacks=[live], streaming=False, **options)
+        events = self.app.aevents(input, callbacks=[live, *self.callbacks], streaming=False, **options)
         try:
             async for event in events:
                 for out in live.translate(event):

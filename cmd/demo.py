@@ -1,9 +1,12 @@
-"""`waypoint demo`: a run paused for approval in one process is resumed by its checkpoint ID in another.
+"""`waypoint demo`: the agent tour. An agent asks to run a shell command; the approval request is shown
+and the process exits. A *new* process resumes the run by its checkpoint ID and approves; the tool runs,
+the agent answers. Then the run's history (every stored version) and the agent's graph.
 
-The tour runs three processes on one SQLite file under ./.waypoint/:
-1. `start`: a ticket that needs escalation runs until the review node pauses; the process exits.
-2. `resume`: a new process loads the run by its checkpoint ID and resumes it with the reviewer's answer.
-3. the run's history (versions, status, step) is printed from the database.
+    waypoint demo [--db PATH]          the tour (three processes on one SQLite file)
+    waypoint demo --triage             the older tour: a plain graph with a reviewer's approval
+
+Runs on the offline model unless OPENAI_API_KEY is set. `python -m waypoint.cmd.demo start|approve ...`
+are the two processes the tour starts.
 """
 
 from __future__ import annotations
@@ -11,62 +14,99 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+from .console import Console, print_events
+
+__all__ = ["run_demo", "build_agent", "AGENT_NAME"]
+
+AGENT_NAME = "waypoint-demo"
 DEFAULT_DB = Path(".waypoint") / "demo.db"
+REQUEST = "please run the command echo hello from waypoint"
+INSTRUCTION = ("You are an operations assistant. To run a shell command, call the execute tool; "
+               "a person approves each command before it runs.")
 
 
-def run_demo(db: Path = DEFAULT_DB) -> int:
+def build_agent() -> Any:
+    """The demo's agent: `execute` (in the working directory) behind an approval."""
+    from waypoint.engine import ChatModelAgent
+    from waypoint.engine.models import model_from_env
+    from waypoint.middleware import ApprovalMiddleware, SafeToolMiddleware
+
+    from .fstools import ProjectRoot, execute_tool
+
+    return ChatModelAgent(name=AGENT_NAME, model=model_from_env(), instruction=INSTRUCTION,
+                          tools=[execute_tool(ProjectRoot())],
+                          middlewares=[ApprovalMiddleware(tools={"execute"}), SafeToolMiddleware()])
+
+
+def run_demo(db: str | Path | None = None, *, triage: bool = False) -> int:
     """The whole tour; returns the exit code."""
-    checkpoint_id = f"ticket-{int(time.time())}"
-    print("Waypoint demo: a ticket-triage graph with an approval step, stored in", db, "\n")
-    print(_picture())
-    print(f"1) process A starts run '{checkpoint_id}' for the ticket 'The site is down!'")
-    step = _child("start", db, checkpoint_id, "The site is down!")
+    if triage:
+        from .triage_demo import run_triage_demo
+
+        return run_triage_demo(Path(db) if db else Path(".waypoint") / "triage-demo.db")
+    db = Path(db) if db else DEFAULT_DB
+    console = Console()
+    checkpoint_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    console.line("Waypoint demo: an agent's tool call waits for approval, and a new process approves it", "bold")
+    console.line(f"runs are stored in {db}; the run's checkpoint ID is {checkpoint_id}", "dim")
+    console.line(_model_banner() + "\n", "dim")
+    console.line(f"1) process A asks the agent: \"{REQUEST}\"", "bold")
+    step = _child(console, "start", db, checkpoint_id, REQUEST)
     if step.returncode != 2:
-        return _fail(step)
+        return _failed(console, step)
     pending = json.loads(step.stdout.strip().splitlines()[-1])
-    print(f"   process A exited; the run waits for interrupt {pending['id']}: {pending['question']}\n")
-    print("2) process B resumes it by checkpoint ID with the reviewer's answer {approved: true}")
-    step = _child("resume", db, checkpoint_id, json.dumps({pending["id"]: {"approved": True, "reviewer": "dana"}}))
+    console.line(f"   process A exited; the run waits, stored, for interrupt {pending['id']}\n", "dim")
+    console.line("2) process B resumes the run by its checkpoint ID and approves the call", "bold")
+    step = _child(console, "approve", db, checkpoint_id, pending["id"])
     if step.returncode != 0:
-        return _fail(step)
-    print(step.stdout.rstrip() + "\n")
-    print("3) the run's history, newest first:")
-    print(_history(db, checkpoint_id))
+        return _failed(console, step)
+    console.line()
+    console.line("3) the run's history, newest first (every version is a stored checkpoint)", "bold")
+    console.line(asyncio.run(_history(db, checkpoint_id)))
+    console.line("\n4) the agent is a graph (Mermaid):", "bold")
+    console.line(build_agent().to_mermaid().rstrip(), "dim")
+    console.line(f"\nsee it again: waypoint runs show {checkpoint_id} --db {db}", "dim")
     return 0
 
 
-def _picture() -> str:
-    from .triage import build_triage
+def _model_banner() -> str:
+    from waypoint.engine.models import OfflineModel, model_from_env
 
-    return build_triage().compile().to_mermaid()
+    model = model_from_env()
+    return model.banner if isinstance(model, OfflineModel) else f"model: {model.name} (OPENAI_API_KEY is set)"
 
 
-def _child(action: str, db: Path, checkpoint_id: str, arg: str) -> subprocess.CompletedProcess:
+def _child(console: Console, action: str, db: Path, checkpoint_id: str, arg: str) -> subprocess.CompletedProcess:
+    """Run one process of the tour, showing its output indented as it was printed."""
     cmd = [sys.executable, "-m", "waypoint.cmd.demo", action, str(db), checkpoint_id, arg]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    env = {**os.environ, **({"FORCE_COLOR": "1"} if console.color else {})}
+    step = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    for line in step.stdout.splitlines():
+        if not line.startswith("{"):  # the JSON line is for the tour itself
+            console.line("   " + line)
+    return step
 
 
-def _fail(step: subprocess.CompletedProcess) -> int:
-    print(f"the demo failed (exit {step.returncode}):\n{step.stdout}\n{step.stderr}", file=sys.stderr)
+def _failed(console: Console, step: subprocess.CompletedProcess) -> int:
+    console.note(f"the demo failed (exit {step.returncode}):\n{step.stdout}\n{step.stderr}", "red")
     return 1
 
 
-def _history(db: Path, checkpoint_id: str) -> str:
+async def _history(db: Path, checkpoint_id: str) -> str:
     from waypoint.stores import SQLiteStore
 
-    async def read() -> list:
-        store = SQLiteStore(db)
-        try:
-            return await store.history(checkpoint_id)
-        finally:
-            await store.close()
-
-    history = asyncio.run(read())
+    store = SQLiteStore(db)
+    try:
+        history = await store.history(checkpoint_id)
+    finally:
+        await store.close()
     lines = ["   version  status       step  written   what it is"]
     for i, meta in enumerate(history):
         older = history[i + 1] if i + 1 < len(history) else None
@@ -75,62 +115,76 @@ def _history(db: Path, checkpoint_id: str) -> str:
     return "\n".join(lines)
 
 
-def _meaning(meta, older) -> str:
+def _meaning(meta: Any, older: Any) -> str:
     if meta.status == "completed":
-        return "the run finished; its output is stored"
+        return "the agent answered; the conversation is stored"
     if meta.status == "interrupted":
-        return "paused for the reviewer (process A exits here)"
+        return "paused for approval (process A exits here)"
     if older is None:
         return "process A claims the new run"
     if older.status == "interrupted":
         return "process B claims the paused run (exactly one resumer can)"
-    return f"after superstep {meta.step}, before the next one starts"
+    if meta.step == 1:
+        return "after the prompt box: the request is in the conversation"
+    if meta.step % 2 == 0:
+        return "after the model box: the model asked to run a command"
+    return "after the tools box: the command ran, its result is in the conversation"
 
 
-async def _start(db: Path, checkpoint_id: str, ticket: str) -> int:
-    from waypoint.engine import GraphInterrupted
+# --- the two processes -------------------------------------------------------------------------------
+
+async def _start(db: Path, checkpoint_id: str, request: str) -> int:
+    from waypoint.engine import Runner
     from waypoint.stores import SQLiteStore
 
-    from .triage import build_triage
-
+    console = Console(color=_color())
     store = SQLiteStore(db)
-    app = build_triage().compile(store=store)
     try:
-        await app.ainvoke(ticket, checkpoint_id=checkpoint_id)
-    except GraphInterrupted as paused:
-        (ctx,) = paused.info.contexts
-        print(json.dumps({"id": ctx.id, "address": ctx.address, "question": ctx.info["question"]}))
-        return 2
+        runner = Runner(build_agent(), store=store, streaming=True)
+        summary = await print_events(runner.run(request, checkpoint_id=checkpoint_id), console)
     finally:
         await store.close()
-    return 0
+    if summary.interrupted is None:
+        console.note("the agent did not ask to run anything", "red")
+        return 1
+    (ctx,) = summary.interrupted.contexts
+    info = ctx.info
+    console.line("⚠️  Approval Required ⚠️", "yellow", "bold")
+    console.line(f"Tool: {info.tool_name}")
+    console.line(f"Arguments: {info.arguments_json}")
+    print(json.dumps({"id": ctx.id}))
+    return 2
 
 
-async def _resume(db: Path, checkpoint_id: str, answers: str) -> int:
+async def _approve(db: Path, checkpoint_id: str, interrupt_id: str) -> int:
+    from waypoint.engine import Runner
+    from waypoint.middleware import ApprovalResult
     from waypoint.stores import SQLiteStore
 
-    from .triage import build_triage
-
+    console = Console(color=_color())
+    console.line("✓ Approved, executing...", "green")
     store = SQLiteStore(db)
-    app = build_triage().compile(store=store)
     try:
-        result = await app.ainvoke(None, checkpoint_id=checkpoint_id, resume=json.loads(answers))
-        snapshot = await app.get_run(checkpoint_id)
+        runner = Runner(build_agent(), store=store, streaming=True)
+        events = runner.resume_with_params(checkpoint_id, {interrupt_id: ApprovalResult(approved=True)})
+        summary = await print_events(events, console)
     finally:
         await store.close()
-    print(f"   result: {result}")
-    print(f"   what happened: {'; '.join(snapshot.state.log)}")
-    return 0
+    return 1 if summary.error is not None or summary.interrupted is not None else 0
+
+
+def _color() -> bool:
+    return os.environ.get("FORCE_COLOR") == "1"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m waypoint.cmd.demo")
-    parser.add_argument("action", choices=["start", "resume"])
+    parser.add_argument("action", choices=["start", "approve"])
     parser.add_argument("db", type=Path)
     parser.add_argument("checkpoint_id")
     parser.add_argument("arg")
     args = parser.parse_args(argv)
-    step = _start if args.action == "start" else _resume
+    step = _start if args.action == "start" else _approve
     return asyncio.run(step(args.db, args.checkpoint_id, args.arg))
 
 

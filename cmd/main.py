@@ -21,6 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="an agent's run paused for approval, resumed by a new process")
     demo.add_argument("--db", default=None, help="SQLite file (default: .waypoint/demo.db)")
+    demo.add_argument("--triage", action="store_true", help="the plain-graph tour (no agent)")
     chapter = sub.add_parser("chapter", help="run a quickstart chapter (1-9)", add_help=False)
     chapter.add_argument("number", type=int, choices=CHAPTERS, metavar="N")
     runs = sub.add_parser("runs", help="list, show, resume or delete stored runs", add_help=False)
@@ -31,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
         from .demo import run_demo
 
-        return run_demo(args.db)
+        return run_demo(args.db, triage=args.triage)
     if args.command == "chapter":
         module = importlib.import_module(f".ch{args.number:02d}", __package__)
         return module.main(rest)

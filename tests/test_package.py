@@ -53,13 +53,21 @@ def test_engine_does_not_import_outer_layers():
 
 
 def test_cli_demo_runs(tmp_path):
-    # A fresh directory: the demo keeps its database under ./.waypoint/, and a shared /tmp may hold
-    # one written by another checkout (another schema version).
-    out = subprocess.run([str(Path(sys.executable).parent / "waypoint"), "demo"], capture_output=True,
-                         text=True, timeout=60, cwd=tmp_path)
+    # A fresh directory: the demo keeps its database under ./.waypoint/, nowhere else.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    waypoint = str(Path(sys.executable).parent / "waypoint")
+    out = subprocess.run([waypoint, "demo"], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr
-    assert "Escalated 'The site is down!'" in out.stdout
-    assert (tmp_path / ".waypoint" / "demo.db").exists()  # under the working directory, nowhere else
+    lines = out.stdout.splitlines()
+    assert "offline model" in out.stdout  # it says which model answered
+    approval = lines.index("   ⚠️  Approval Required ⚠️")
+    assert lines[approval + 1:approval + 3] == ["   Tool: execute", '   Arguments: {"command": "echo hello from waypoint"}']
+    assert "   [tool result] hello from waypoint" in lines[approval:]  # ran after the approval, in process B
+    assert any("process B claims the paused run" in line for line in lines)
+    assert "flowchart TD" in out.stdout and "\033[" not in out.stdout  # not a terminal: no colour codes
+    assert (tmp_path / ".waypoint" / "demo.db").exists()
+    triage = subprocess.run([waypoint, "demo", "--triage"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert triage.returncode == 0 and "Escalated 'The site is down!'" in triage.stdout, triage.stderr
 
 
 @pytest.mark.parametrize("editable", [False, True], ids=["pip-install", "pip-install-e"])

@@ -35,7 +35,8 @@ from .errors import (
     WaypointError,
 )
 from .base import END, START
-from .checkpoint import Checkpointer, Loaded, describe_difference
+from .checkpoint import Checkpointer, Loaded
+from .checkpoint_content import describe_difference
 from .events import Emitter, Event
 from .lease import LeaseKeeper
 from .resume import ResumeRequest, awaits_answer, interrupt_info, pending_interrupt_ids

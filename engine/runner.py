@@ -14,9 +14,7 @@ starts while other tasks still run. Everything the loop knows lives in `self.pos
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import os
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +23,7 @@ from .events import Emitter, Event
 from .base import END, START
 from .interrupts import Interrupt
 from .merge import merge_values
+from .node_calls import cancel_all, in_daemon_thread, maybe_await, raised_for, take_key
 from .position import InterruptRecord, RunPosition
 from .resume import has_static_pause, resumed_records
 from .scope import _TASK, TaskScope, current_task
@@ -272,7 +271,7 @@ class Run:
                 if error is not None:  # the batch's other results are kept; running siblings are cancelled
                     raise error
         finally:
-            await _cancel_all(running)
+            await cancel_all(running)
 
     def _plan_dag(self, running: dict[asyncio.Task, str]) -> list[str]:
         """DAG: the pending tasks that may start now (none once something paused)."""
@@ -314,7 +313,7 @@ class Run:
         try:
             return await asyncio.gather(*futures)
         finally:
-            await _cancel_all(futures)
+            await cancel_all(futures)
 
     # --- apply writes (sync) ----------------------------------------------------------------------
 
@@ -430,7 +429,7 @@ class Run:
                 await emitter.emit(Event("interrupt", path, signal.info, self.pos.step))
             return _Done(node, None, (), interrupt=signal)
         except Exception as err:
-            wrapped = err if _raised_for(path, err) else NodeError(path, err)
+            wrapped = err if raised_for(path, err) else NodeError(path, err)
             if emitter.active:
                 await emitter.emit(Event("error", path, wrapped, self.pos.step))
             if wrapped is err:
@@ -445,9 +444,9 @@ class Run:
     async def _call(self, node: CNode, value: Any, path: tuple[str, ...]) -> Any:
         state = self.pos.state
         if node.input_key is not None:
-            value = _take_key(node, to_value(value, where=f"the input of node '{node.key}'"))
+            value = take_key(node, to_value(value, where=f"the input of node '{node.key}'"))
         if node.pre is not None:
-            value = await _maybe_await(node.pre.call(to_value(value, where=node.key), state))
+            value = await maybe_await(node.pre.call(to_value(value, where=node.key), state))
         if node.subgraph is not None:
             async with asyncio.timeout(node.timeout):  # the whole subgraph run (retry= is refused at build)
                 output = await self._subgraph(node, value, path)
@@ -463,7 +462,7 @@ class Run:
             else:
                 output = await runnable.invoke(runnable._value(value), state)
         if node.post is not None:
-            output = await _maybe_await(node.post.call(to_value(output, where=node.key), state))
+            output = await maybe_await(node.post.call(to_value(output, where=node.key), state))
         if node.output_key is not None:
             k = node.output_key
             output = Chunks([{k: c} for c in output.items]) if type(output) is Chunks else {k: output}
@@ -495,7 +494,7 @@ class Run:
                     fn = node.runnable.sync_fn
                     plain = to_value(value, where=node.key) if self.streaming else value
                     if fn is not None and timeout is not None:  # a thread, so the timeout can fire
-                        return await _in_daemon_thread(fn.call, plain, state)
+                        return await in_daemon_thread(fn.call, plain, state)
                     return await node.runnable.invoke(plain, state)
             except Exception as err:
                 if isinstance(err, WaypointError):
@@ -530,7 +529,7 @@ class Run:
         for branch in node.branches:
             value = to_value(output, where=node.key) if self.streaming else output
             try:
-                choice = await _maybe_await(branch.condition.call(value, self.pos.state))
+                choice = await maybe_await(branch.condition.call(value, self.pos.state))
             except Exception as err:
                 raise NodeError(self.path + (node.key,), err) from err
             for target in branch.resolve(choice, self.graph.name):
@@ -560,61 +559,3 @@ def _record(signal: Interrupt, address: str) -> InterruptRecord:
     ]
     return InterruptRecord(address=address, info=signal.info, state=signal.state,
                            has_state=signal.has_state, subs=subs)
-
-
-def _raised_for(path: tuple[str, ...], err: BaseException) -> bool:
-    """True for an error the engine raised for this task (routing, fan-in, a nested node's error).
-    Anything else a node's code raised — a `WaypointError` from a run it called, say — is its error."""
-    if isinstance(err, NodeError):
-        return tuple(err.node_path[:len(path)]) == path
-    return isinstance(err, GraphRunError)
-
-
-async def _in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    """Call `fn(*args)` on a daemon thread: a timeout returns at once, and neither `invoke()` nor the
-    interpreter's exit waits for a thread that is still stuck (it cannot be killed)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future = loop.create_future()
-    context = contextvars.copy_context()  # the node still sees its task (resume context, tools)
-
-    def settle(ok: bool, value: Any) -> None:
-        if not future.done():
-            future.set_result(value) if ok else future.set_exception(value)
-
-    def work() -> None:
-        try:
-            result, ok = context.run(fn, *args), True
-        except BaseException as err:  # noqa: BLE001 - handed to the awaiting task
-            result, ok = err, False
-        try:
-            loop.call_soon_threadsafe(settle, ok, result)
-        except RuntimeError:  # the loop has closed: nobody waits any more
-            pass
-
-    threading.Thread(target=work, name="waypoint-sync-node", daemon=True).start()
-    return await future
-
-
-def _take_key(node: CNode, value: Any) -> Any:
-    try:
-        return value[node.input_key]
-    except (KeyError, TypeError, IndexError) as err:
-        raise GraphRunError(
-            f"node '{node.key}' has input_key={node.input_key!r} but its input "
-            f"({type(value).__name__}) has no such key; send it a dict with that key"
-        ) from err
-
-
-async def _maybe_await(value: Any) -> Any:
-    if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
-        return await value
-    return value
-
-
-async def _cancel_all(tasks: Any) -> None:
-    """Cancel tasks still running and wait for them, so no node outlives its run."""
-    alive = [t for t in tasks if not t.done()]
-    for task in alive:
-        task.cancel()
-    if alive:
-        await asyncio.gather(*alive, return_exceptions=True)

@@ -19,8 +19,10 @@ from pathlib import Path
 DEFAULT_DB = Path(".waypoint") / "demo.db"
 
 
-def run_demo(db: Path = DEFAULT_DB) -> int:
-    """The whole tour; returns the exit code."""
+def run_demo(db: Path | str | None = None) -> int:
+    """The whole tour; returns the exit code. `db` defaults to ./.waypoint/demo.db (`waypoint demo` passes
+    None when `--db` is not given)."""
+    db = Path(db) if db else DEFAULT_DB
     checkpoint_id = f"ticket-{int(time.time())}"
     print("Waypoint demo: a ticket-triage graph with an approval step, stored in", db, "\n")
     print(_picture())

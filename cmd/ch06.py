@@ -1,10 +1,10 @@
 """Chapter 6: callbacks. Chapter 4's agent (project files + `execute`) with a callback handler on the runner
 that times every node of the agent's graph; after each turn the trace is printed on stderr:
 
-    [trace] prompt 0.4 ms
-    [trace] model 12.1 ms
-    [trace] tools 3.2 ms
-    [trace] model 5.0 ms
+    [trace] prompt 0.04 ms
+    [trace] model 12.10 ms
+    [trace] tools 3.20 ms
+    [trace] model 5.02 ms
     [trace] 4 checkpoints written (versions 2-5)
 
 `--log` adds `LoggingMiddleware`: one structured record per model call and per tool call (and at the start
@@ -71,7 +71,7 @@ class NodeTrace:
     def report(self, console: Console) -> None:
         """Print the spans gathered since the last report (on stderr), then forget them."""
         for _, node, ms, note in sorted(self._spans):
-            console.note(f"[trace] {node} {ms:.1f} ms{note}", "dim")
+            console.note(f"[trace] {node} {ms:.2f} ms{note}", "dim")
         if self._versions:
             console.note(f"[trace] {len(self._versions)} checkpoints written (versions {self._versions[0]}-"
                          f"{self._versions[-1]})", "dim")

@@ -31,6 +31,8 @@ QUIT = "quit"
 """The user left at a prompt (EOF): the run stays where it is, the chapter exits (status 0)."""
 FAILED = "failed"
 """The turn failed or cannot go on: the chapter exits with status 1; the session keeps the turn."""
+BUSY = "busy"
+"""Another live process runs the session: this one exits with status 1 and touches nothing."""
 
 TITLE_LIMIT = 60
 
@@ -79,6 +81,8 @@ class ChatSession:
             outcome = await self._recover(snap) if snap is not None else DONE
             if outcome == DONE:
                 outcome = await self._loop()
+            if outcome == BUSY:
+                return 1
         except GraphMismatch as err:
             self.console.note(f"error: session {self.session_id} was not written by chapter {self.number}'s agent; "
                               f"open it with the chapter that created it, or start a new session ({err})", "red")
@@ -147,7 +151,7 @@ class ChatSession:
         takeover = False
         if meta.status == "running":
             if not await self._wait_for_lease(meta):
-                return FAILED
+                return BUSY
             takeover, why = self.takeover, "its process stopped while it ran"
         else:
             why = meta.error or meta.status

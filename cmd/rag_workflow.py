@@ -2,8 +2,8 @@
 `answer_from_document(document, question)` that runs it.
 
     START ─▶ load ─▶ chunk ──▶ score ─▶ filter ─▶ answer ─▶ END
-      │        └──────────────────────────────────▲
-      └────▶ terms ───────────▲
+      │       └────────────────────────────────────▲
+      └────▶ terms ─────────────▲
 
 - load: the document, read inside PROJECT_ROOT (a path outside it is refused, and the refusal goes back
   to the model as the tool's result);

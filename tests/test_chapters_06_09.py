@@ -11,17 +11,22 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 APPROVAL = "\n⚠️  Approval Required ⚠️\nTool: {tool}\nArguments: {arguments}\n\nApprove this action? (y/n): "
 
 
-def chapter(number: int, root: Path, *args: str, stdin: str = "", via_main: bool = False) -> subprocess.CompletedProcess:
+def environment(root: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
     env.update(PROJECT_ROOT=str(root), WAYPOINT_DB=str(root.parent / "chapters.db"), NO_COLOR="1")
+    return env
+
+
+def chapter(number: int, root: Path, *args: str, stdin: str = "", via_main: bool = False) -> subprocess.CompletedProcess:
     command = ["waypoint.cmd.main", "chapter", str(number)] if via_main else [f"waypoint.cmd.ch{number:02d}"]
     return subprocess.run([sys.executable, "-m", *command, *args], input=stdin, capture_output=True, text=True,
-                          env=env, cwd=root, timeout=60)
+                          env=environment(root), cwd=root, timeout=60)
 
 
 def project(tmp_path: Path) -> Path:
@@ -40,7 +45,7 @@ def test_ch06_traces_every_node_of_each_turn_on_stderr(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "[tool result] hello from a" in out.stdout
     traces = [line for line in out.stderr.splitlines() if line.startswith("[trace] ")]
-    nodes = [line.split()[1] for line in traces if re.fullmatch(r"\[trace\] \w+ \d+\.\d ms", line)]
+    nodes = [line.split()[1] for line in traces if re.fullmatch(r"\[trace\] \w+ \d+\.\d\d ms", line)]
     # turn 1 called a tool (prompt, model, tools, model), turn 2 did not; each turn printed its own trace
     assert nodes == ["prompt", "model", "tools", "model", "prompt", "model"]
     assert sum("checkpoints written" in line for line in traces) == 2
@@ -88,7 +93,8 @@ def test_ch07_pending_approval_survives_the_process(tmp_path):
     second = chapter(7, root, "--session", "s7", stdin="y\n")
     assert second.returncode == 0, second.stderr
     before_loop = second.stdout.split("Enter your message")[0]
-    assert "Resuming session: s7" in before_loop and EXECUTE + "✓ Approved, executing..." in before_loop
+    assert "Resuming session: s7" in before_loop and "This session is paused, waiting for you:" in before_loop
+    assert EXECUTE + "✓ Approved, executing..." in before_loop
     assert (root / "side.txt").read_text() == "ran\n"
 
     third = chapter(7, root, "--session", "s7", stdin="")  # nothing pending any more
@@ -122,6 +128,24 @@ def test_ch08_answers_from_the_document_after_approval(tmp_path):
     assert "Coffee" not in result and "Deployments" not in result
 
 
+def test_ch08_workflow_keeps_the_best_matching_passages(tmp_path):
+    """The workflow itself (the CLI shows a tool result cut at 200 characters): what it keeps, in what order."""
+    from waypoint.cmd.fstools import ProjectRoot
+    from waypoint.cmd.rag_workflow import build_rag
+
+    root = project(tmp_path)
+    (root / "notes.txt").write_text(NOTES)
+    (root / "many.txt").write_text("\n\n".join(f"Deploy step {n}: check the deploy log." for n in range(1, 6)))
+    rag = build_rag(ProjectRoot(root)).compile(trigger="all")
+    assert rag.invoke({"document": "notes.txt", "question": "when do the backups run?"}) == (
+        'notes.txt, passage 3 (2 keywords): "Backups run every night at 02:00 and are kept for thirty days. '
+        'Restoring a backup takes an hour."')
+    assert rag.invoke({"document": "notes.txt", "question": "where is the pool?"}).startswith(
+        "notes.txt does not answer that")
+    top = rag.invoke({"document": "many.txt", "question": "which deploy step checks the log?"}).splitlines()
+    assert [line.split(" (")[0] for line in top] == ["many.txt, passage 1", "many.txt, passage 2", "many.txt, passage 3"]
+
+
 def test_ch08_refuses_a_document_outside_the_project(tmp_path):
     root = project(tmp_path)
     (tmp_path / "secret.txt").write_text("The password is swordfish.\n")
@@ -146,7 +170,8 @@ def test_ch09_a_killed_turn_resumes_without_rerunning_finished_calls(tmp_path):
 
     second = chapter(9, root, "--session", "s9", stdin="")
     assert second.returncode == 0, second.stderr
-    assert "Waiting" in second.stdout and "The lease expired: taking the session over." in second.stdout
+    # it waited for the dead process's lease (unless starting took longer than the lease), then resumed
+    assert "did not finish (its process stopped while it ran); continuing it" in second.stdout
     assert re.search(r"^\[rerun\] process_item had started before the crash", second.stdout, re.M)
     assert '{"item": "alpha"}): finished before the turn was cut off — its result came from the ledger' in second.stdout
     assert '{"item": "beta"}): had started before the turn was cut off — it ran again' in second.stdout
@@ -171,3 +196,27 @@ def test_ch09_takeover_skips_the_wait(tmp_path):
     assert "[tool result] processed one" in second.stdout
     assert [line.split()[0] for line in (root / "batch.log").read_text().splitlines()] == [
         "started", "started", "finished"]
+
+
+def test_ch09_does_not_take_over_a_session_a_live_process_runs(tmp_path):
+    root = project(tmp_path)
+    items = ", ".join(f"i{n}" for n in range(30))  # 9 s of work: still running when the second process looks
+    owner = subprocess.Popen([sys.executable, "-m", "waypoint.cmd.ch09", "--session", "s9"], stdin=subprocess.PIPE,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, env=environment(root),
+                             cwd=root)
+    try:
+        owner.stdin.write(f"process {items}\n")
+        owner.stdin.flush()
+        journal = root / "batch.log"
+        deadline = time.monotonic() + 30
+        while not (journal.exists() and journal.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = chapter(9, root, "--session", "s9", stdin="")
+        assert owner.poll() is None, "the owner finished too early for this test"
+    finally:
+        owner.kill()
+        owner.wait()
+    assert second.returncode == 1
+    assert "error: session s9 is in use by another process" in second.stderr
+    assert "[tool result]" not in second.stdout and f"pid {owner.pid}" in journal.read_text()
+    assert all(f"pid {owner.pid}" in line for line in journal.read_text().splitlines())  # the second ran nothing

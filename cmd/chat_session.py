@@ -61,6 +61,7 @@ class ChatSession:
         self.after_turn = after_turn
         self.takeover = takeover
         self.session_id = ""
+        self._said_goodbye = False
 
     def main(self, session: str | None) -> int:
         """Run the session to its end; the exit status. Ctrl-C keeps the session (its run is saved as
@@ -70,7 +71,8 @@ class ChatSession:
         except KeyboardInterrupt:
             self.console.line()
             self.console.note("Interrupted.")
-            self.goodbye()
+            if self.session_id and not self._said_goodbye:
+                self.goodbye()
             return 130
 
     async def run(self, session: str | None) -> int:
@@ -99,6 +101,7 @@ class ChatSession:
         return 1 if outcome == FAILED else 0
 
     def goodbye(self) -> None:
+        self._said_goodbye = True
         self.console.line(f"Session saved: {self.session_id}")
         self.console.line(f"Resume with: waypoint chapter {self.number} --session {self.session_id}")
 

@@ -1,0 +1,54 @@
+"""Chapter 7's approval prompt (chapter 8 uses it too): a run paused on a tool call that needs approval
+shows the call and asks; the answer resumes the run.
+
+    ⚠️  Approval Required ⚠️
+    Tool: execute
+    Arguments: {"command": "touch made.txt"}
+
+    Approve this action? (y/n):
+
+`y` / `yes` (any case) approves — bound to the digest of the arguments shown, so a call whose stored
+arguments changed since is refused — and anything else rejects. One root-cause approval is answered per
+resume; the calls not answered pause again with the same IDs, and the prompt comes back for each. EOF at
+the prompt leaves the run paused: the next start of the chapter on the same session asks again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from waypoint.middleware import ApprovalInfo, ApprovalResult
+
+from .chat_session import FAILED, QUIT, ChatSession
+from .console import read_line
+
+__all__ = ["approval_prompt", "REJECTED"]
+
+YES = frozenset({"y", "yes"})
+REJECTED = "rejected at the prompt"
+
+
+async def approval_prompt(session: ChatSession, info: Any) -> str:
+    """Ask about the first paused approval in `info` (an `InterruptInfo`) and resume with the answer;
+    recurses (through `session.play`) while calls stay paused. Returns DONE, QUIT (EOF) or FAILED."""
+    console = session.console
+    pending = next((c for c in info.contexts if c.is_root_cause and isinstance(c.info, ApprovalInfo)), None)
+    if pending is None:
+        console.note(f"error: no root cause interrupt context found: the run paused on something other than an "
+                     f"approval ({info}); resume it with `waypoint runs resume {session.session_id}`", "red")
+        return FAILED
+    approval: ApprovalInfo = pending.info
+    console.line("\n⚠️  Approval Required ⚠️", "yellow", "bold")
+    console.line(f"Tool: {approval.tool_name}")
+    console.line(f"Arguments: {approval.arguments_json}")
+    answer = read_line(console, "\nApprove this action? (y/n): ")
+    if answer is None:
+        console.line("No answer: the call stays paused, and this prompt comes back when you resume the session.")
+        return QUIT
+    if answer.strip().lower() in YES:
+        console.line("✓ Approved, executing...", "green")
+        result = ApprovalResult(approved=True, digest=approval.digest)
+    else:
+        console.line("✗ Rejected", "red")
+        result = ApprovalResult(approved=False, reason=REJECTED)
+    return await session.play(session.runner.resume_with_params(session.session_id, {pending.id: result}))

@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import sqlite3
 import sys
 from collections.abc import Sequence
@@ -91,11 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.db = str(getattr(args, "db", None) or default_db())
     args.json = getattr(args, "json", False)
     console = Console()
-    hint = "waypoint runs" + ("" if Path(args.db) == default_db() else f" --db {args.db}")
+    hint = "waypoint runs" + ("" if Path(args.db) == default_db() else f" --db {shlex.quote(args.db)}")
     try:
         return asyncio.run(COMMANDS[args.command](args, console, hint))
     except CheckpointCorrupted as err:
-        return _fail(console, f"{err}{_corrupted_hint(err, args, hint)}")
+        return _fail(console, f"{err}{_unreadable_hint(err, getattr(args, 'id', None), hint)}")
     except (RunsError, WaypointError) as err:
         return _fail(console, str(err))
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly
@@ -111,16 +112,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(console, f"unexpected {describe(err)} (a bug in waypoint; please report it)")
 
 
-def _corrupted_hint(err: CheckpointCorrupted, args: Any, hint: str) -> str:
+def _unreadable_hint(err: BaseException, checkpoint_id: str | None, hint: str) -> str:
+    """What to do about a run that cannot be decoded: name its graph, or look at its other versions."""
     from waypoint.engine.serde import UnknownType
 
-    if isinstance(err, UnknownType):
-        return "; or pass --graph MODULE:ATTR naming the graph that wrote the run (its module registers its types)"
-    cid = getattr(args, "id", None)
-    if cid is None:
+    if isinstance(err, UnknownType) or "Serializer" in str(err):  # a type or a key only its module has
+        return (f"; `{hint} show|resume {checkpoint_id or 'ID'} --graph MODULE:ATTR` reads it with the graph "
+                "that wrote it (its module registers the run's types; its serializer holds the signing key)")
+    if checkpoint_id is None or not isinstance(err, CheckpointCorrupted):
         return ""
-    return (f"; `{hint} history {cid}` lists its versions (`{hint} show {cid} --version N` reads an older one, "
-            f"`{hint} delete {cid}` removes the run)")
+    return (f"; `{hint} history {checkpoint_id}` lists its versions (`{hint} show {checkpoint_id} --version N` "
+            f"reads an older one, `{hint} delete {checkpoint_id}` removes the run)")
 
 
 def _fail(console: Console, message: str, code: int = 1) -> int:
@@ -136,7 +138,7 @@ async def _list(args: Any, console: Console, hint: str) -> int:
             try:
                 found.append((meta, await read_version(store, meta.checkpoint_id, meta.version), None))
             except WaypointError as err:  # one damaged run does not hide the others
-                found.append((meta, None, " ".join(str(err).split())))
+                found.append((meta, None, str(err) + _unreadable_hint(err, meta.checkpoint_id, hint)))
     if args.json:
         console.line(json.dumps([_list_json(meta, run, problem) for meta, run, problem in found], ensure_ascii=False))
         return 0
@@ -154,8 +156,7 @@ async def _list(args: Any, console: Console, hint: str) -> int:
         console.line(line)
     for meta, _, problem in found:
         if problem:
-            console.note(f"run {meta.checkpoint_id!r} cannot be decoded ({problem}); `{hint} history "
-                         f"{meta.checkpoint_id}` still lists its versions", "yellow")
+            console.note(" ".join(problem.split()), "yellow")
     return 0
 
 
@@ -192,7 +193,7 @@ async def _history(args: Any, console: Console, hint: str) -> int:
     if not metas:
         raise RunsError(f"no run {args.id!r} in this database; `{hint} list` shows the runs")
     if args.json:
-        console.line(json.dumps([meta_json(m) for m in metas], ensure_ascii=False))
+        console.line(json.dumps([meta_json(m, newest=i == 0) for i, m in enumerate(metas)], ensure_ascii=False))
         return 0
     rows = [(str(m.version), m.status, str(m.step), clock(m.updated_at), _origin(m), " ".join((m.error or "-").split()))
             for m in metas]

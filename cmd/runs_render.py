@@ -95,14 +95,17 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 # --- JSON -------------------------------------------------------------------------------------------------
 
-def meta_json(meta: CheckpointMeta) -> dict[str, Any]:
-    """One version's row, for scripts."""
-    return {
+def meta_json(meta: CheckpointMeta, *, newest: bool = True) -> dict[str, Any]:
+    """One version's row, for scripts. `lease_expired` only for a run's newest version (the lease of an
+    older one was handed on to the next version)."""
+    out = {
         "checkpoint_id": meta.checkpoint_id, "version": meta.version, "status": meta.status, "step": meta.step,
         "created_at": iso(meta.created_at), "updated_at": iso(meta.updated_at), "error": meta.error,
         "origin": meta.origin, "lease_owner": meta.lease_owner, "lease_expires": iso(meta.lease_expires),
-        "lease_expired": None if meta.status != "running" else not lease_alive(meta),
     }
+    if newest:
+        out["lease_expired"] = None if meta.status != "running" else not lease_alive(meta)
+    return out
 
 
 def pending_json(p: Pending) -> dict[str, Any]:
@@ -243,7 +246,9 @@ def _next_steps(run: StoredRun, resume: str) -> list[str]:
         return []
     first = next((p for p in run.pending if p.kind != "pause"), None)
     if first is not None and first.kind == "approval":
-        return [f"approve: {resume} --approve {first.id}", f"reject:  {resume} --reject {first.id} --reason TEXT"]
+        steps = [f"approve: {resume} --approve {first.id}", f"reject:  {resume} --reject {first.id} --reason TEXT"]
+        return steps + (["(add --graph MODULE:ATTR naming the agent, unless a waypoint command defines it)"]
+                        if run.is_agent else [])
     if first is not None:
         return [f"answer:  {resume} --respond {first.id} JSON"]
     if meta.status == "running" and lease_alive(meta):

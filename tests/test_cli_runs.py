@@ -78,7 +78,8 @@ def test_list_shows_each_run_with_its_status_pending_interrupts_and_graph(db):
     header, *rows = out.splitlines()
     assert header.split() == ["ID", "STATUS", "VERSION", "STEP", "PENDING", "UPDATED", "GRAPH"]
     table = {row.split()[0]: row.split() for row in rows}
-    assert set(table) == {"approve-me", "reject-me", "respond-me", "chat-done", "refund-7", "broken-1"}
+    assert set(table) == {"approve-me", "reject-me", "respond-me", "chat-done", "refund-7", "broken-1", "typed-1",
+                          "signed-1"}
     assert table["approve-me"][1] == "interrupted" and table["approve-me"][4] == "1"
     assert table["approve-me"][-2:] == ["ops-test", "(agent)"]
     assert table["refund-7"][1] == "interrupted" and table["refund-7"][-1] == "refunds"
@@ -91,12 +92,29 @@ def test_list_filters_by_status_limits_and_speaks_json(db):
     code, out, _ = runs("list", "--status", "interrupted", "--json", db=db)
     assert code == 0
     found = {r["checkpoint_id"]: r for r in json.loads(out)}
-    assert set(found) == {"approve-me", "reject-me", "respond-me", "refund-7"}
+    assert set(found) == {"approve-me", "reject-me", "respond-me", "refund-7", "typed-1", "signed-1"}
     assert found["approve-me"]["kind"] == "agent" and found["refund-7"]["graph"] == "refunds"
     assert len(found["approve-me"]["interrupts"]) == 1
     code, out, _ = runs("list", "--limit", "2", db=db)
     assert code == 0 and len(out.splitlines()) == 3
     assert runs("list", "--status", "completed", "--json", db=db)[1].count("checkpoint_id") == 1
+
+
+def test_runs_only_their_graph_can_read_are_marked_and_read_with_graph(db):
+    """A state type only the graph's module registers, a codec with a signing key: --graph brings both."""
+    code, out, err = runs("list", db=db)
+    rows = {row.split()[0]: row for row in out.splitlines()[1:]}
+    assert code == 0 and rows["typed-1"].endswith("(unreadable)") and rows["signed-1"].endswith("(unreadable)")
+    assert "'tests.Ticket'" in err and "show|resume typed-1 --graph MODULE:ATTR" in err
+    refused(runs("show", "typed-1", db=db), "'tests.Ticket'", "--graph MODULE:ATTR")
+    refused(runs("show", "signed-1", db=db), "signed", "--graph MODULE:ATTR")
+    code, out, _ = runs("show", "typed-1", "--graph", "runs_fixtures:typed", "--json", db=db)
+    assert code == 0 and json.loads(out)["state"] == {"title": "disk full", "priority": 2}
+    code, out, _ = runs("show", "signed-1", "--graph", "runs_fixtures:signed", db=db)
+    assert code == 0 and "refund 5?" in out
+    iid = interrupt_id("runnable:signed;node:step")
+    code, out, err = runs("resume", "signed-1", "--respond", iid, '"yes"', "--graph", "runs_fixtures:signed", db=db)
+    assert code == 0 and '[output] "refund 5: yes"' in out, err
 
 
 def test_show_an_agent_run_paused_for_approval(db):

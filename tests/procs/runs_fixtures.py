@@ -6,7 +6,8 @@
 `waypoint runs resume --graph runs_fixtures:<attr>` imports this module (its directory on PYTHONPATH):
 `build_agent` (a function), `agent` (a ChatModelAgent), `refunds` (a Graph), `refunds_compiled`
 (a CompiledGraph without a store), `other` (a graph of another shape), `steps` (the crashing graph:
-its node kills the process while $RUNS_CRASH is 1). The `execute` tool appends a line
+its node kills the process while $RUNS_CRASH is 1), `typed` (a state of a type only this module
+registers), `signed` (a CompiledGraph whose codec signs with a key). The `execute` tool appends a line
 to $RUNS_JOURNAL each time it really runs.
 
 | run          | what                                                               | status      |
@@ -17,6 +18,8 @@ to $RUNS_JOURNAL each time it really runs.
 | chat-done    | agent answered "hi" without tools                                  | completed   |
 | refund-7     | plain graph paused on Interrupt({"question": "refund 120?"})       | interrupted |
 | broken-1     | plain graph whose node raised ValueError                           | failed      |
+| typed-1      | plain graph paused, its state a `Ticket` registered only here      | interrupted |
+| signed-1     | plain graph paused, written with a signing key                     | interrupted |
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import asyncio
 import json
 import os
 import sys
+from dataclasses import dataclass
 
 from waypoint.engine import (
     END,
@@ -36,8 +40,10 @@ from waypoint.engine import (
     Message,
     NodeError,
     Runner,
+    Serializer,
     ToolCall,
     get_resume_context,
+    register_type,
     tool,
 )
 from waypoint.middleware import ApprovalMiddleware
@@ -127,6 +133,33 @@ def _other() -> Graph:
 other = _other()
 
 
+@register_type(name="tests.Ticket")
+@dataclass
+class Ticket:
+    title: str = ""
+    priority: int = 0
+
+
+def _triage(title: str, state: Ticket) -> str:
+    state.title, state.priority = title, 2
+    if not get_resume_context()[0]:
+        raise Interrupt("assign it?")
+    return "assigned"
+
+
+def _one_node(name: str, fn, state=None) -> Graph:
+    g = Graph(name=name, state=state)
+    g.add_node("step", fn)
+    g.add_edge(START, "step")
+    g.add_edge("step", END)
+    return g
+
+
+typed = _one_node("typed", _triage, Ticket)
+KEY = b"k" * 32
+signed = _one_node("signed", review, dict).compile(serializer=Serializer(key=KEY))
+
+
 def _work(x):
     if os.environ.get("RUNS_CRASH") == "1":
         os._exit(3)  # the process dies mid-node: its run stays `running`, under its lease
@@ -159,6 +192,13 @@ async def make(db: str) -> None:
             await _broken().compile(store=store).ainvoke("x", checkpoint_id="broken-1")
         except NodeError:
             pass
+        for app, cid, arg in ((typed.compile(store=store), "typed-1", "disk full"),
+                              (_one_node("signed", review, dict).compile(store=store, serializer=Serializer(key=KEY)),
+                               "signed-1", 5)):
+            try:
+                await app.ainvoke(arg, checkpoint_id=cid)
+            except GraphInterrupted:
+                pass
     finally:
         await store.close()
 

@@ -73,8 +73,10 @@ def _targets(answers: dict[str, tuple[str, Any]], agent: bool) -> dict[str, Any]
             out[iid] = Respond(value) if agent else value
         elif agent:
             out[iid] = ApprovalResult(approved=verb == "approve", reason=value)
+        elif verb == "approve":
+            out[iid] = {"approved": True}
         else:
-            out[iid] = {"approved": True} if verb == "approve" else {"approved": False, **({"reason": value} if value else {})}
+            out[iid] = {"approved": False, "reason": value} if value else {"approved": False}
     return out
 
 

@@ -21,6 +21,7 @@ from waypoint.engine.interrupts import interrupt_id
 PROCS = Path(__file__).parent / "procs"
 WAYPOINT = Path(sys.executable).parent / "waypoint"
 APPROVAL = "runnable:ops-test;node:tools;tool:execute:call_1"
+APPROVE = interrupt_id(APPROVAL)  # the same in every agent run here (`show` tests that it shows this one)
 REFUND = interrupt_id("runnable:refunds;node:review")
 
 
@@ -63,13 +64,6 @@ def refused(result: tuple[int, str, str], *words: str) -> str:
     return err
 
 
-def approval_id(db: Path, checkpoint_id: str) -> str:
-    code, out, err = runs("show", checkpoint_id, "--json", db=db)
-    assert code == 0, err
-    (pending,) = json.loads(out)["interrupts"]
-    return pending["id"]
-
-
 # --- reading -----------------------------------------------------------------------------------------------
 
 def test_list_shows_each_run_with_its_status_pending_interrupts_and_graph(db):
@@ -78,8 +72,9 @@ def test_list_shows_each_run_with_its_status_pending_interrupts_and_graph(db):
     header, *rows = out.splitlines()
     assert header.split() == ["ID", "STATUS", "VERSION", "STEP", "PENDING", "UPDATED", "GRAPH"]
     table = {row.split()[0]: row.split() for row in rows}
-    assert set(table) == {"approve-me", "reject-me", "respond-me", "chat-done", "refund-7", "broken-1", "typed-1",
-                          "signed-1"}
+    assert set(table) == {"approve-me", "reject-me", "respond-me", "two-calls", "chat-done", "refund-7", "broken-1",
+                          "typed-1", "signed-1"}
+    assert table["two-calls"][4] == "2"
     assert table["approve-me"][1] == "interrupted" and table["approve-me"][4] == "1"
     assert table["approve-me"][-2:] == ["ops-test", "(agent)"]
     assert table["refund-7"][1] == "interrupted" and table["refund-7"][-1] == "refunds"
@@ -92,7 +87,7 @@ def test_list_filters_by_status_limits_and_speaks_json(db):
     code, out, _ = runs("list", "--status", "interrupted", "--json", db=db)
     assert code == 0
     found = {r["checkpoint_id"]: r for r in json.loads(out)}
-    assert set(found) == {"approve-me", "reject-me", "respond-me", "refund-7", "typed-1", "signed-1"}
+    assert set(found) == {"approve-me", "reject-me", "respond-me", "two-calls", "refund-7", "typed-1", "signed-1"}
     assert found["approve-me"]["kind"] == "agent" and found["refund-7"]["graph"] == "refunds"
     assert len(found["approve-me"]["interrupts"]) == 1
     code, out, _ = runs("list", "--limit", "2", db=db)
@@ -123,10 +118,9 @@ def test_show_an_agent_run_paused_for_approval(db):
     assert "status    interrupted" in out and "ops-test (agent)" in out
     assert "[system] You run commands." in out and "[user] run echo hello" in out
     assert '[tool call] execute({"command": "echo hello"}) (call call_1)' in out
-    iid = approval_id(db, "approve-me")
-    assert f"{iid}  approval of tool 'execute' (call call_1)" in out
+    assert f"{APPROVE}  approval of tool 'execute' (call call_1)" in out
     assert '"command": "echo hello"' in out.split("arguments", 1)[1]  # pretty-printed, one key a line
-    assert f"--approve {iid}" in out and f"--reject {iid} --reason TEXT" in out
+    assert f"--approve {APPROVE}" in out and f"--reject {APPROVE} --reason TEXT" in out
     assert "b'" not in out and "\\x" not in out and "digest" not in out  # no raw bytes, no codec internals
 
 
@@ -140,6 +134,7 @@ def test_show_json_is_structured(db):
     (pending,) = shown["interrupts"]
     assert pending["kind"] == "approval" and pending["tool"] == "execute"
     assert pending["arguments"] == {"command": "echo hello"} and pending["address"] == APPROVAL
+    assert pending["id"] == APPROVE
 
 
 def test_show_a_plain_graph_and_a_failed_run(db):
@@ -170,7 +165,7 @@ def test_history_lists_versions_newest_first(db):
 
 def test_approve_an_agent_run_from_another_process(db, tmp_path):
     journal = tmp_path / "journal"
-    iid = approval_id(db, "approve-me")
+    iid = APPROVE
     code, out, err = runs("resume", "approve-me", "--approve", iid, "--graph", "runs_fixtures:build_agent", db=db,
                           RUNS_JOURNAL=str(journal))
     assert code == 0, err
@@ -186,7 +181,7 @@ def test_approve_an_agent_run_from_another_process(db, tmp_path):
 
 def test_reject_with_a_reason(db, tmp_path):
     journal = tmp_path / "journal"
-    iid = approval_id(db, "reject-me")
+    iid = APPROVE
     code, out, err = runs("resume", "reject-me", "--reject", iid, "--reason", "not on a Friday",
                           "--graph", "runs_fixtures:agent", db=db, RUNS_JOURNAL=str(journal))
     assert code == 0, err
@@ -197,7 +192,7 @@ def test_reject_with_a_reason(db, tmp_path):
 
 def test_respond_supplies_the_tools_result(db, tmp_path):
     journal = tmp_path / "journal"
-    iid = approval_id(db, "respond-me")
+    iid = APPROVE
     code, out, err = runs("resume", "respond-me", "--respond", iid, '"all done"', "--graph", "runs_fixtures:agent",
                           "--json", db=db, RUNS_JOURNAL=str(journal))
     assert code == 0, err
@@ -205,6 +200,22 @@ def test_respond_supplies_the_tools_result(db, tmp_path):
     assert result["status"] == "completed" and result["output"]["content"] == "the tool said: all done"
     assert [d["verb"] for d in result["decisions"]] == ["responded"]
     assert not journal.exists()
+
+
+def test_a_call_not_answered_pauses_again(db, tmp_path):
+    journal = tmp_path / "journal"
+    first, second = (interrupt_id(f"runnable:ops-test;node:tools;tool:execute:call_{i}") for i in (1, 2))
+    code, out, err = runs("resume", "two-calls", "--approve", first, "--graph", "runs_fixtures:agent", db=db,
+                          RUNS_JOURNAL=str(journal))
+    assert code == 0, err
+    assert out.splitlines()[-1].startswith("run two-calls paused again at version ") and second in out
+    assert journal.read_text().split()[:2] == ["execute", "ls"]  # the approved call ran, the other did not
+    code, out, err = runs("resume", "two-calls", "--reject", second, "--reason", "no", "--graph",
+                          "runs_fixtures:agent", "--json", db=db, RUNS_JOURNAL=str(journal))
+    result = json.loads(out)
+    assert code == 0 and result["status"] == "completed", err
+    assert result["output"]["content"] == "the tool said: ran ls; tool 'execute' disapproved: no"
+    assert len(journal.read_text().splitlines()) == 1  # ls ran once, across both resumes
 
 
 @pytest.mark.parametrize("target", ["runs_fixtures:refunds", "runs_fixtures:refunds_compiled"])
@@ -250,7 +261,7 @@ def test_a_resume_that_cannot_be_done_is_refused_in_one_line(db, tmp_path, args,
 
 
 def test_an_agent_no_command_defines_needs_graph(db):
-    refused(runs("resume", "approve-me", "--approve", approval_id(db, "approve-me"), db=db),
+    refused(runs("resume", "approve-me", "--approve", APPROVE, db=db),
             "agent 'ops-test', which no waypoint command defines", "--graph")
 
 
@@ -262,7 +273,7 @@ def test_without_graph_the_agent_comes_from_find_agent(db, tmp_path):
               "sys.exit(main(sys.argv[1:]))\n")
     journal = tmp_path / "journal"
     proc = subprocess.run([sys.executable, "-c", script, "resume", "approve-me", "--approve",
-                           approval_id(db, "approve-me"), "--db", str(db)], capture_output=True, text=True,
+                           APPROVE, "--db", str(db)], capture_output=True, text=True,
                           timeout=60, env=_env(RUNS_JOURNAL=str(journal)))
     assert proc.returncode == 0, proc.stderr
     assert "[tool result] ran echo hello" in proc.stdout and journal.read_text().count("execute") == 1
@@ -339,6 +350,7 @@ def test_a_file_that_is_not_a_waypoint_database_is_refused_untouched(tmp_path):
     text = tmp_path / "notes.txt"
     text.write_text("hello")
     refused(runs("list", "--db", text), "cannot be read as a SQLite database")
+    refused(runs("list", "--db", tmp_path), "is not a file")
     other = tmp_path / "other.db"
     with sqlite3.connect(other) as conn:
         conn.execute("CREATE TABLE t (x)")

@@ -15,6 +15,7 @@ to $RUNS_JOURNAL each time it really runs.
 | approve-me   | agent asked to run `echo hello`, paused for approval               | interrupted |
 | reject-me    | the same                                                           | interrupted |
 | respond-me   | the same                                                           | interrupted |
+| two-calls    | agent asked to run `ls` and `pwd` in one message, both paused      | interrupted |
 | chat-done    | agent answered "hi" without tools                                  | completed   |
 | refund-7     | plain graph paused on Interrupt({"question": "refund 120?"})       | interrupted |
 | broken-1     | plain graph whose node raised ValueError                           | failed      |
@@ -58,14 +59,21 @@ class RunsOrAnswers:
     async def generate(self, messages, **_):
         last = messages[-1]
         if last.role == "tool":
-            return Message.assistant(f"the tool said: {last.content}")
-        if last.content.startswith("run "):
-            args = json.dumps({"command": last.content[4:]})
-            return Message.assistant(tool_calls=[ToolCall(id="call_1", name="execute", arguments=args)])
+            results = [m.content for m in messages[messages.index(_last_request(messages)) + 1:]]
+            return Message.assistant("the tool said: " + "; ".join(results))
+        if last.content.startswith("run "):  # "run a and b": two calls in one message
+            commands = last.content[4:].split(" and ")
+            return Message.assistant(tool_calls=[
+                ToolCall(id=f"call_{i}", name="execute", arguments=json.dumps({"command": c}))
+                for i, c in enumerate(commands, 1)])
         return Message.assistant(f"you said: {last.content}")
 
     async def stream(self, messages, **_):
         yield await self.generate(messages)
+
+
+def _last_request(messages):
+    return next(m for m in reversed(messages) if m.role == "assistant" and m.tool_calls)
 
 
 @tool
@@ -183,6 +191,7 @@ async def make(db: str) -> None:
         runner = Runner(build_agent(), store=store)
         for cid in ("approve-me", "reject-me", "respond-me"):
             await _drain(runner.run("run echo hello", checkpoint_id=cid))
+        await _drain(runner.run("run ls and pwd", checkpoint_id="two-calls"))
         await _drain(runner.run("hi", checkpoint_id="chat-done"))
         try:
             await refunds.compile(store=store).ainvoke(120, checkpoint_id="refund-7")

@@ -1,0 +1,210 @@
+"""Reading stored runs for `waypoint runs`: the database checked before it is opened, and a run decoded
+without the graph that wrote it.
+
+A checkpoint's `graph` part holds the graph's structure (its name among it), and the state's classes are
+found by their registered names, so a run is readable by any process that registers the same types: the
+engine's (`AgentState`, `Message`, ...) and the middleware's (`ApprovalInfo`) are imported here; a
+command's own types are found by importing the command modules when a name is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sqlite3
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from waypoint.engine import CheckpointMeta, InterruptCtx, InterruptInfo
+from waypoint.engine.errors import clip
+
+__all__ = ["RunsError", "StoredRun", "Pending", "opened_store", "check_database", "read_run", "read_version"]
+
+
+class RunsError(Exception):
+    """Something the user can fix (an unknown ID, a bad option): one line on stderr, exit code 1."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pending:
+    """One interrupt a run waits on, classified for display and for the answers it takes."""
+
+    id: str
+    address: str
+    kind: str
+    """"approval" (ApprovalMiddleware), "pause" (a static interrupt_before / interrupt_after), "interrupt"."""
+    info: Any
+    tool: str | None = None
+    call_id: str | None = None
+    arguments: str | None = None
+    """An approval's arguments, as the JSON text the model wrote."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredRun:
+    """One version of a run, decoded."""
+
+    meta: CheckpointMeta
+    graph: str
+    """The name of the graph (or agent) that wrote it."""
+    state: Any
+    output: Any
+    done: bool
+    pending_nodes: tuple[str, ...]
+    interrupts: InterruptInfo
+    newest: int
+    """The run's newest version (`meta.version` unless an older one was asked for)."""
+    structure: dict[str, Any]
+    """The shape of the graph that wrote it (what its fingerprint was computed from)."""
+
+    @property
+    def pending(self) -> list[Pending]:
+        return [classify(ctx) for ctx in self.interrupts.contexts]
+
+    @property
+    def is_agent(self) -> bool:
+        from waypoint.engine.agents import AgentState
+
+        return isinstance(self.state, AgentState)
+
+    @property
+    def awaits_answer(self) -> bool:
+        """Whether a resume must say something (a static pause continues without an answer)."""
+        return any(p.kind != "pause" for p in self.pending)
+
+
+def check_database(path: Path) -> None:
+    """Refuse, without creating or changing anything, a missing file or one that is not a Waypoint database."""
+    if not path.exists():
+        raise RunsError(f"no database at {str(path)!r} (nothing was created); pass --db PATH or set WAYPOINT_DB")
+    if not path.is_file():
+        raise RunsError(f"{str(path)!r} is not a file; pass --db PATH of a Waypoint SQLite database")
+    try:
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+        try:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as err:
+        raise RunsError(f"{str(path)!r} cannot be read as a SQLite database ({err}); check --db") from None
+    missing = sorted({"waypoint_schema", "waypoint_checkpoints"} - tables)
+    if missing:
+        raise RunsError(f"{str(path)!r} is not a Waypoint database (it has no table {', '.join(missing)}); "
+                        "check --db")
+
+
+@contextlib.asynccontextmanager
+async def opened_store(db: Path) -> AsyncIterator[Any]:
+    """The SQLite store on an existing Waypoint database (checked first), closed afterwards."""
+    from .console import open_store
+
+    check_database(db)
+    store = open_store(db)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def _register_types() -> None:
+    """Import what registers the types an agent run stores (the state, messages, approvals)."""
+    import waypoint.engine.agents  # noqa: F401
+    import waypoint.middleware  # noqa: F401
+
+
+def _register_command_types() -> None:
+    """Import the command modules (the demo, the chapters), which may register types of their own."""
+    from .agents import AGENT_MODULES
+
+    for name in AGENT_MODULES:
+        with contextlib.suppress(Exception):  # a module that is missing or broken registers nothing
+            importlib.import_module(f"{__package__}.{name}")
+
+
+async def read_version(store: Any, checkpoint_id: str, version: int | None = None, *,
+                       serializer: Any = None) -> StoredRun | None:
+    """The newest (or given) version of a run, decoded; None if the run (or that version) does not exist.
+
+    Raises `CheckpointCorrupted` (a `WaypointError`) when the record cannot be decoded.
+    """
+    from waypoint.engine.checkpoint import Checkpointer
+    from waypoint.engine.serde import UnknownType, default_serializer
+
+    _register_types()
+    reader = Checkpointer(store=store, serializer=serializer or default_serializer, checkpoint_id=checkpoint_id,
+                          graph_structure={})
+    try:
+        loaded = await reader.load(version)
+    except UnknownType:
+        _register_command_types()
+        loaded = await reader.load(version)
+    if loaded is None:
+        return None
+    return _stored(loaded, loaded.meta.version)
+
+
+def _stored(loaded: Any, newest: int) -> StoredRun:
+    from waypoint.engine.resume import interrupt_info
+
+    name = loaded.structure.get("name")
+    graph = name if isinstance(name, str) else clip(repr(name), 80)
+    pos = loaded.position
+    return StoredRun(meta=loaded.meta, graph=graph, state=pos.state, output=pos.output if pos.done else None,
+                     done=pos.done, pending_nodes=tuple(pos.pending), interrupts=interrupt_info(pos, f"runnable:{graph}"),
+                     newest=newest, structure=loaded.structure)
+
+
+async def read_run(store: Any, checkpoint_id: str, version: int | None = None, *, serializer: Any = None,
+                   ) -> StoredRun:
+    """`read_version`, with an unknown run or version as a `RunsError` that says what exists."""
+    history = await store.history(checkpoint_id)
+    if not history:
+        raise RunsError(f"no run {checkpoint_id!r} in this database; `waypoint runs list` shows the runs")
+    newest = history[0].version
+    if version is not None and version not in {m.version for m in history}:
+        known = sorted(m.version for m in history)
+        raise RunsError(f"run {checkpoint_id!r} has no version {version} (it has {_span(known)}); "
+                        f"`waypoint runs history {checkpoint_id}` lists them")
+    run = await read_version(store, checkpoint_id, version, serializer=serializer)
+    if run is None:  # deleted between the two reads
+        raise RunsError(f"run {checkpoint_id!r} was deleted while it was being read")
+    return replace(run, newest=max(newest, run.meta.version))
+
+
+def _span(versions: list[int]) -> str:
+    if versions == list(range(versions[0], versions[-1] + 1)) and len(versions) > 2:
+        return f"versions {versions[0]}-{versions[-1]}"
+    return "version" + ("s " if len(versions) > 1 else " ") + ", ".join(map(str, versions))
+
+
+def classify(ctx: InterruptCtx) -> Pending:
+    """What kind of pause an interrupt is, with the tool call it belongs to (from its address)."""
+    from waypoint.middleware import ApprovalInfo
+
+    tool, call_id = _tool_of(ctx.address)
+    info = ctx.info
+    if isinstance(info, ApprovalInfo):
+        return Pending(id=ctx.id, address=ctx.address, kind="approval", info=info, tool=info.tool_name,
+                       call_id=call_id, arguments=info.arguments_json)
+    if ctx.address.endswith((";pause:before", ";pause:after")):
+        return Pending(id=ctx.id, address=ctx.address, kind="pause", info=info)
+    return Pending(id=ctx.id, address=ctx.address, kind="interrupt", info=info, tool=tool, call_id=call_id)
+
+
+def _tool_of(address: str) -> tuple[str | None, str | None]:
+    """`(tool, call_id)` from the last `tool:<name>:<call_id>` segment of an address, if any."""
+    for segment in reversed(address.split(";")):
+        if segment.startswith("tool:"):
+            _, name, call_id = (segment.split(":", 2) + [""])[:3]
+            return name or None, call_id or None
+    return None, None
+
+
+def node_of(address: str) -> str | None:
+    """The last `node:<key>` of an address: where a plain graph paused."""
+    for segment in reversed(address.split(";")):
+        if segment.startswith("node:"):
+            return segment[5:]
+    return None

@@ -1,0 +1,274 @@
+"""How `waypoint runs` prints stored runs: tables and pages for people, plain JSON for scripts.
+
+Stored values are shown, never executed or dumped raw: bytes appear as `<N bytes>`, objects the JSON
+conversion does not know as their (clipped) `repr`, and long text is cut with a note saying so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from waypoint.engine import CheckpointMeta
+from waypoint.engine.errors import clip
+
+from .console import Console, compact
+from .runs_read import Pending, StoredRun, node_of
+
+__all__ = ["plain", "clock", "iso", "table", "lease_text", "meta_json", "run_json", "show_run"]
+
+TEXT_LIMIT = 2000
+"""Characters of one message or value a page shows (`--json` shows everything)."""
+
+
+def plain(value: Any, depth: int = 0) -> Any:
+    """`value` as JSON data: models and dataclasses as maps, bytes as `<N bytes>`, the rest as repr."""
+    if depth > 40:
+        return "..."
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, enum.Enum):
+        return plain(value.value, depth + 1)
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    dump = getattr(value, "model_dump", None)  # a pydantic model
+    if callable(dump) and not isinstance(value, type):
+        return plain(dump(), depth + 1)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name, None), depth + 1) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else clip(repr(k), 200): plain(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [plain(v, depth + 1) for v in value]
+    return clip(repr(value), TEXT_LIMIT)
+
+
+def as_json(value: Any, *, indent: int | None = None) -> str:
+    return json.dumps(plain(value), ensure_ascii=False, indent=indent, default=repr)
+
+
+def cut(text: str, limit: int = TEXT_LIMIT) -> str:
+    """`text` up to `limit` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters; --json shows all)"
+
+
+def clock(t: float | None) -> str:
+    """A stored time in local time, to the second."""
+    return "-" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def iso(t: float | None) -> str | None:
+    """A stored time for scripts: ISO 8601 with the local offset."""
+    return None if t is None else dt.datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
+
+
+def lease_alive(meta: CheckpointMeta, now: float | None = None) -> bool:
+    return meta.lease_expires is not None and meta.lease_expires > (time.time() if now is None else now)
+
+
+def lease_text(meta: CheckpointMeta) -> str | None:
+    """What the lease of a running run says: an owner that may be alive, or one that is gone."""
+    if meta.status != "running":
+        return None
+    owner = clip(meta.lease_owner or "an unknown owner", 200)
+    if lease_alive(meta):
+        left = meta.lease_expires - time.time()
+        return (f"held by {owner} until {clock(meta.lease_expires)} ({left:.0f}s left): that process is "
+                "running it, unless it died")
+    return f"expired at {clock(meta.lease_expires)} (owner {owner}): the process that ran it is gone"
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Left-aligned columns, two spaces apart."""
+    widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
+    return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in (header, *rows)]
+
+
+# --- JSON -------------------------------------------------------------------------------------------------
+
+def meta_json(meta: CheckpointMeta, *, newest: bool = True) -> dict[str, Any]:
+    """One version's row, for scripts. `lease_expired` only for a run's newest version (the lease of an
+    older one was handed on to the next version)."""
+    out = {
+        "checkpoint_id": meta.checkpoint_id, "version": meta.version, "status": meta.status, "step": meta.step,
+        "created_at": iso(meta.created_at), "updated_at": iso(meta.updated_at), "error": meta.error,
+        "origin": meta.origin, "lease_owner": meta.lease_owner, "lease_expires": iso(meta.lease_expires),
+    }
+    if newest:
+        out["lease_expired"] = None if meta.status != "running" else not lease_alive(meta)
+    return out
+
+
+def pending_json(p: Pending) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": p.id, "kind": p.kind, "address": p.address, "info": plain(p.info)}
+    if p.tool is not None:
+        out["tool"], out["call_id"] = p.tool, p.call_id
+    if p.arguments is not None:
+        out["arguments"] = _parsed(p.arguments)
+    return out
+
+
+def run_json(run: StoredRun) -> dict[str, Any]:
+    """A decoded version, for scripts: the row, the pending interrupts, and the conversation or the state."""
+    out = {**meta_json(run.meta), "graph": run.graph, "kind": "agent" if run.is_agent else "graph",
+           "newest_version": run.newest, "pending_nodes": list(run.pending_nodes),
+           "interrupts": [pending_json(p) for p in run.pending]}
+    if run.is_agent:
+        out["messages"] = [_message_json(m) for m in run.state.messages]
+        out["decisions"] = plain(run.state.decisions)
+        out["iterations"] = run.state.iterations
+    else:
+        out["state"] = plain(run.state)
+    out["output"] = _message_json(run.output) if _is_message(run.output) else plain(run.output)
+    return out
+
+
+def _message_json(m: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": _parsed(c.arguments)} for c in m.tool_calls]
+    if m.tool_call_id is not None:
+        out["tool_call_id"], out["name"] = m.tool_call_id, m.name
+    return out
+
+
+def _parsed(arguments: str) -> Any:
+    """Tool arguments as JSON data when they are JSON (else the text the model wrote)."""
+    try:
+        return json.loads(arguments)
+    except (ValueError, TypeError, RecursionError):
+        return arguments
+
+
+def _is_message(value: Any) -> bool:
+    from waypoint.engine.models import Message
+
+    return isinstance(value, Message)
+
+
+# --- the page of `show` -------------------------------------------------------------------------------------
+
+def show_run(run: StoredRun, console: Console, *, hint: str) -> None:
+    """Print a decoded version for a person. `hint` is the `waypoint runs ... ` prefix for suggestions."""
+    meta = run.meta
+    cid = meta.checkpoint_id
+    console.line(f"run {cid}", "bold")
+    fields = [("graph", f"{run.graph} ({'agent' if run.is_agent else 'graph'})"),
+              ("status", meta.status),
+              ("version", f"{meta.version} of {run.newest}" + ("" if meta.version == run.newest else " (an older one)")),
+              ("step", str(meta.step)),
+              ("created", clock(meta.created_at)),
+              ("updated", clock(meta.updated_at)),
+              ("lease", lease_text(meta)),
+              ("error", meta.error and clip(" ".join(meta.error.split()), TEXT_LIMIT)),
+              ("origin", meta.origin and f"{meta.origin} (forked or resumed from that version)")]
+    for name, value in fields:
+        if value:
+            console.line(f"  {name:<9} {value}")
+    if run.is_agent:
+        _show_agent(run, console)
+    else:
+        _show_graph(run, console)
+    _show_pending(run, console, hint)
+
+
+def _show_agent(run: StoredRun, console: Console) -> None:
+    messages = run.state.messages
+    console.line()
+    console.line(f"messages ({len(messages)}):", "bold")
+    for m in messages:
+        _show_message(m, console)
+    if run.state.decisions:
+        console.line()
+        console.line(f"decisions ({len(run.state.decisions)}):", "bold")
+        for d in run.state.decisions:
+            reason = f": {d.reason}" if d.reason else ""
+            at = f" at version {d.version}" if d.version is not None else ""
+            console.line(f"  {d.verb} {d.tool} (call {d.call_id}){at}{reason}")
+
+
+def _show_message(m: Any, console: Console) -> None:
+    styles = {"assistant": "cyan", "tool": "dim", "system": "dim"}
+    if m.role == "tool":
+        console.line(f"  [tool result] {m.name} (call {m.tool_call_id}): {compact(m.content)}", "dim")
+        return
+    if m.content or not m.tool_calls:
+        text = cut(m.content).replace("\n", "\n      ")
+        console.line(console.style(f"  [{m.role}] ", styles.get(m.role, "bold")) + text)
+    for call in m.tool_calls:
+        console.line(f"  [tool call] {call.name}({cut(call.arguments, 500)}) (call {call.id})", "yellow")
+
+
+def _show_graph(run: StoredRun, console: Console) -> None:
+    console.line()
+    console.line(f"pending nodes: {', '.join(run.pending_nodes) or '-'}")
+    console.line("state:" if run.state is not None else "state: -")
+    if run.state is not None:
+        console.line(_indented(cut(as_json(run.state, indent=2)), 2))
+    if run.done:
+        console.line("output:")
+        console.line(_indented(cut(as_json(run.output, indent=2)), 2))
+
+
+def _show_pending(run: StoredRun, console: Console, hint: str) -> None:
+    pending = run.pending
+    if pending:
+        console.line()
+        console.line(f"pending interrupts ({len(pending)}):", "bold")
+    for p in pending:
+        console.line(f"  {p.id}  {_describe(p)}", "yellow")
+        console.line(f"    address   {clip(p.address, 400)}", "dim")
+        if p.kind == "approval":
+            console.line("    arguments")
+            console.line(_indented(cut(json.dumps(_parsed(p.arguments), ensure_ascii=False, indent=2)), 6))
+        elif p.kind != "pause":
+            console.line(f"    info      {cut(as_json(p.info))}")
+    steps = _next_steps(run, f"{hint} resume {run.meta.checkpoint_id}" + ("" if run.is_agent else " --graph MODULE:ATTR"))
+    if steps:
+        console.line()
+    for step in steps:
+        console.line(step)
+
+
+def _next_steps(run: StoredRun, resume: str) -> list[str]:
+    """The commands that continue the run from here (only for its newest version)."""
+    meta = run.meta
+    if meta.version != run.newest or meta.status == "completed":
+        return []
+    first = next((p for p in run.pending if p.kind != "pause"), None)
+    if first is not None and first.kind == "approval":
+        steps = [f"approve: {resume} --approve {first.id}", f"reject:  {resume} --reject {first.id} --reason TEXT"]
+        return steps + (["(add --graph MODULE:ATTR naming the agent, unless a waypoint command defines it)"]
+                        if run.is_agent else [])
+    if first is not None:
+        return [f"answer:  {resume} --respond {first.id} JSON"]
+    if meta.status == "running" and lease_alive(meta):
+        return [f"if its process is dead: {resume} --takeover"]
+    what = {"failed": "retry the failed step", "running": "continue it"}.get(meta.status, "continue it")
+    return [f"{what}: {resume}"]
+
+
+def _describe(p: Pending) -> str:
+    call = f" (call {p.call_id})" if p.call_id else ""
+    if p.kind == "approval":
+        return f"approval of tool '{p.tool}'{call}"
+    if p.kind == "pause":
+        info = p.info if isinstance(p.info, dict) else {}
+        return f"static pause {info.get('pause', '?')} node {info.get('node', node_of(p.address))}"
+    if p.tool is not None:
+        return f"interrupt in tool '{p.tool}'{call}"
+    return f"interrupt at node {node_of(p.address) or '?'}"
+
+
+def _indented(text: str, by: int = 4) -> str:
+    pad = " " * by
+    return "\n".join(pad + line for line in text.splitlines())

@@ -1,0 +1,254 @@
+"""`waypoint runs resume`: continue a stored run in this process, with answers for what it waits on.
+
+What each answer becomes (docs/cli.md):
+
+| option                    | a run of an agent (`ChatModelAgent`)        | a run of a plain graph             |
+|---------------------------|---------------------------------------------|------------------------------------|
+| `--approve IID`           | `ApprovalResult(approved=True)`             | `{"approved": True}`               |
+| `--reject IID --reason R` | `ApprovalResult(approved=False, reason=R)`  | `{"approved": False, "reason": R}` |
+| `--respond IID JSON`      | `Respond(<the JSON>)`: the tool does not run | the parsed JSON                    |
+| none                      | continue (a crash, a failure, a static pause); refused while an interrupt waits for an answer |
+
+The graph comes from `--graph module:attr` (a `ChatModelAgent`, a `Graph`, a `CompiledGraph`, or a
+zero-argument callable returning one) or, for an agent, from the command that defines the agent the run
+was written by (`find_agent`). Everything the engine would refuse (unknown interrupt ID, a completed run,
+a live lease, another graph) is checked first, so it is refused as one line before anything runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import io
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from waypoint.engine import CompiledGraph, Graph, GraphInterrupted, WaypointError
+from waypoint.engine.errors import clip, describe
+
+from . import agents as _agents
+from .console import Console, print_events
+from .runs_read import RunsError, StoredRun, opened_store, read_run, read_version
+from .runs_render import as_json, clock, lease_alive, pending_json, plain, run_json
+
+__all__ = ["resume_command", "parse_answers", "load_target", "build_app"]
+
+
+def parse_answers(args: Any) -> dict[str, tuple[str, Any]]:
+    """`{interrupt_id: (verb, value)}` from `--approve`, `--reject`/`--reason` and `--respond`."""
+    answers: dict[str, tuple[str, Any]] = {}
+
+    def add(iid: str, verb: str, value: Any) -> None:
+        if iid in answers:
+            raise RunsError(f"interrupt {iid} is answered twice; give one answer per interrupt ID")
+        answers[iid] = (verb, value)
+
+    for iid in args.approve or ():
+        add(iid, "approve", None)
+    for iid in args.reject or ():
+        add(iid, "reject", args.reason)
+    for iid, text in args.respond or ():
+        try:
+            value = json.loads(text)
+        except ValueError:
+            raise RunsError(f"--respond {iid}: {clip(text, 80)!r} is not JSON; quote text as a JSON string, "
+                            "e.g. --respond ID '\"done\"'") from None
+        add(iid, "respond", value)
+    if args.reason is not None and not args.reject:
+        raise RunsError("--reason goes with --reject IID")
+    return answers
+
+
+def _targets(answers: dict[str, tuple[str, Any]], agent: bool) -> dict[str, Any]:
+    from waypoint.engine import Respond
+    from waypoint.middleware import ApprovalResult
+
+    out: dict[str, Any] = {}
+    for iid, (verb, value) in answers.items():
+        if verb == "respond":
+            out[iid] = Respond(value) if agent else value
+        elif agent:
+            out[iid] = ApprovalResult(approved=verb == "approve", reason=value)
+        elif verb == "approve":
+            out[iid] = {"approved": True}
+        else:
+            out[iid] = {"approved": False, "reason": value} if value else {"approved": False}
+    return out
+
+
+def load_target(spec: str) -> Any:
+    """The agent or graph `module:attr` names (a zero-argument callable is called)."""
+    from waypoint.engine import ChatModelAgent
+
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise RunsError(f"--graph takes module:attr (e.g. myapp.agents:build_agent), got {spec!r}")
+    if os.getcwd() not in sys.path:  # like `python -m`: modules of the current directory are importable
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        raise RunsError(f"--graph {spec}: cannot import {module_name!r} ({err}); is it on PYTHONPATH?") from None
+    except Exception as err:
+        raise RunsError(f"--graph {spec}: importing {module_name!r} failed: {describe(err)}") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise RunsError(f"--graph {spec}: {module_name!r} has no attribute {attr!r}") from None
+    kinds = (ChatModelAgent, Graph, CompiledGraph)
+    if not isinstance(obj, kinds) and callable(obj):
+        try:
+            obj = obj()
+        except Exception as err:
+            raise RunsError(f"--graph {spec}: calling {attr}() failed: {describe(err)}") from None
+    if not isinstance(obj, kinds):
+        raise RunsError(f"--graph {spec} is a {type(obj).__name__}, not a ChatModelAgent, Graph or CompiledGraph "
+                        "(or a function returning one)")
+    return obj
+
+
+def _find_agent(run: StoredRun) -> Any:
+    """The agent a waypoint command defines under the run's graph name; refuses a plain graph's run."""
+    from waypoint.engine import ChatModelAgent
+
+    cid = run.meta.checkpoint_id
+    if not run.is_agent:
+        raise RunsError(f"run {cid!r} was written by graph {run.graph!r}, not by an agent: pass --graph "
+                        "module:attr naming that graph (a Graph, a CompiledGraph, or a function returning one)")
+    try:
+        agent = _agents.find_agent(run.graph)
+    except Exception as err:
+        raise RunsError(f"looking for agent {run.graph!r} among the waypoint commands failed: {describe(err)}; "
+                        "pass --graph module:attr naming it") from None
+    if not isinstance(agent, ChatModelAgent):
+        raise RunsError(f"run {cid!r} was written by agent {run.graph!r}, which no waypoint command defines; "
+                        "pass --graph module:attr naming that ChatModelAgent (or a function returning one)")
+    return agent
+
+
+def build_app(target: Any, store: Any) -> tuple[Any, Any]:
+    """`(runner or None, compiled graph)` for `target`, writing to `store`."""
+    from waypoint.engine import ChatModelAgent, Runner
+
+    if isinstance(target, ChatModelAgent):
+        runner = Runner(target, store=store, streaming=True)
+        return runner, runner.app
+    if isinstance(target, Graph):
+        return None, target.compile(store=store)
+    shape = copy.copy(target.shape)  # the same graph and codec, writing to this database
+    if shape.store is None:
+        shape.durability = "step"  # what compile(store=...) would have chosen
+    shape.store = store
+    return None, CompiledGraph(shape)
+
+
+def _check(run: StoredRun, answers: dict[str, tuple[str, Any]], takeover: bool, hint: str) -> None:
+    """Refuse, before anything runs, what the engine would refuse."""
+    meta, cid = run.meta, run.meta.checkpoint_id
+    if meta.status == "completed":
+        raise RunsError(f"run {cid!r} has completed (version {meta.version}); there is nothing to resume "
+                        f"(`{hint} show {cid}` shows its output)")
+    if meta.status == "running" and lease_alive(meta) and not takeover:
+        raise RunsError(f"run {cid!r} is running in another process (lease held by {clip(str(meta.lease_owner))} "
+                        f"until {clock(meta.lease_expires)}); wait for it, or pass --takeover if you know that process is dead")
+    pending = {p.id: p for p in run.pending}
+    listed = ", ".join(f"{p.id} ({p.kind}{' of ' + p.tool if p.tool else ''})" for p in pending.values()) or "none"
+    unknown = sorted(set(answers) - set(pending))
+    if unknown:
+        raise RunsError(f"run {cid!r} has no pending interrupt {', '.join(unknown)}; pending: {listed} "
+                        f"(`{hint} show {cid}`)")
+    if not answers and run.awaits_answer:
+        raise RunsError(f"run {cid!r} waits on interrupt(s) {listed}: answer with --approve IID, "
+                        "--reject IID --reason TEXT or --respond IID JSON")
+
+
+def _check_graph(run: StoredRun, app: Any, what: str) -> None:
+    from waypoint.engine.checkpoint import describe_difference, fingerprint
+
+    if fingerprint(app.structure) != run.meta.fingerprint:
+        change = describe_difference(run.structure, app.structure)
+        raise RunsError(f"run {run.meta.checkpoint_id!r} was written by another graph than {what}: {change}; "
+                        "pass --graph naming the graph that wrote it")
+
+
+async def resume_command(args: Any, console: Console, hint: str) -> int:
+    """Resume one run; 0 when it completed or paused again, 1 when it was refused or failed."""
+    answers = parse_answers(args)
+    cid = args.id
+    async with opened_store(Path(args.db)) as store:
+        target = load_target(args.graph) if args.graph else None
+        runner, app = build_app(target, store) if target is not None else (None, None)
+        run = await read_run(store, cid, serializer=app.get_serializer() if app is not None else None)
+        _check(run, answers, args.takeover, hint)
+        if target is None:
+            runner, app = build_app(_find_agent(run), store)
+        _check_graph(run, app, f"--graph {args.graph}" if args.graph else f"agent {run.graph!r} of the waypoint commands")
+        out = Console(io.StringIO(), console.err, color=False) if args.json else console
+        if not args.json:
+            out.line(f"resuming run {cid} ({'agent' if runner else 'graph'} {run.graph}) in this process" +
+                     "".join(f"; {verb} {iid}" for iid, (verb, _) in answers.items()), "dim")
+        if runner is not None:
+            error, decisions = await _resume_agent(runner, cid, _targets(answers, True), args.takeover, out)
+        else:
+            error, decisions = await _resume_graph(app, cid, _targets(answers, False), args.takeover, out), []
+        after = await read_version(store, cid, serializer=app.get_serializer())
+    return _report(after, error, decisions, console, args.json, hint)
+
+
+async def _resume_agent(runner: Any, cid: str, targets: dict[str, Any], takeover: bool,
+                        out: Console) -> tuple[BaseException | None, list[Any]]:
+    events = runner.resume_with_params(cid, targets, takeover=takeover) if targets \
+        else runner.resume(cid, takeover=takeover)
+    summary = await print_events(_with_decisions(events, out), out)
+    return summary.error, summary.decisions
+
+
+async def _with_decisions(events: AsyncIterator[Any], out: Console) -> AsyncIterator[Any]:
+    """The events, each decision printed where it happens (print_events only collects them)."""
+    async for event in events:
+        decision = event.action.decision if event.action is not None else None
+        if decision is not None:
+            reason = f": {decision.reason}" if decision.reason else ""
+            out.line(f"[decision] {decision.verb} {decision.tool} (call {decision.call_id}){reason}", "green")
+        yield event
+
+
+async def _resume_graph(app: Any, cid: str, targets: dict[str, Any], takeover: bool,
+                        out: Console) -> BaseException | None:
+    try:
+        output = await app.ainvoke(None, checkpoint_id=cid, resume=targets or None, takeover=takeover)
+    except GraphInterrupted:
+        return None
+    except WaypointError as err:
+        out.note(f"[error] {type(err).__name__}: {err}", "red")
+        return err
+    out.line("[output] " + clip(as_json(output), 2000), "cyan")
+    return None
+
+
+def _report(after: StoredRun | None, error: BaseException | None, decisions: list[Any], console: Console,
+            as_script: bool, hint: str) -> int:
+    if after is None:
+        raise RunsError("the run was deleted while it was being resumed")
+    meta, cid = after.meta, after.meta.checkpoint_id
+    code = 1 if error is not None or meta.status == "failed" else 0
+    if as_script:
+        found = run_json(after)
+        console.line(json.dumps({
+            "checkpoint_id": cid, "status": meta.status, "version": meta.version, "step": meta.step,
+            "error": (f"{type(error).__name__}: {error}" if error is not None else meta.error),
+            "output": found["output"], "interrupts": [pending_json(p) for p in after.pending],
+            "decisions": plain(decisions)}, ensure_ascii=False))
+        return code
+    if meta.status == "interrupted" and after.pending:
+        ids = ", ".join(p.id for p in after.pending)
+        console.line(f"run {cid} paused again at version {meta.version}: it waits on {ids} (`{hint} show {cid}`)",
+                     "yellow")
+    else:
+        console.line(f"run {cid} {meta.status} at version {meta.version}", "red" if code else "green")
+    return code

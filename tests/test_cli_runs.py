@@ -1,0 +1,385 @@
+"""`waypoint runs` driven as a user drives it: the real command in a subprocess, on a database made by
+real runs (tests/procs/runs_fixtures.py: agent runs paused for approval, a completed agent run, a plain
+graph paused on an Interrupt, a failed run; crashed runs under a live or an expired lease)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from waypoint.engine.interrupts import interrupt_id
+
+PROCS = Path(__file__).parent / "procs"
+WAYPOINT = Path(sys.executable).parent / "waypoint"
+APPROVAL = "runnable:ops-test;node:tools;tool:execute:call_1"
+APPROVE = interrupt_id(APPROVAL)  # the same in every agent run here (`show` tests that it shows this one)
+REFUND = interrupt_id("runnable:refunds;node:review")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "WAYPOINT_"))}
+    env.update(PYTHONPATH=str(PROCS), NO_COLOR="1", **extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    db = tmp_path_factory.mktemp("runs") / "runs.db"
+    subprocess.run([sys.executable, str(PROCS / "runs_fixtures.py"), str(db)], check=True, env=_env(), timeout=60)
+    return db
+
+
+@pytest.fixture
+def db(template, tmp_path) -> Path:
+    """A copy of the fixture database, for this test to change."""
+    for f in template.parent.glob(template.name + "*"):
+        shutil.copy(f, tmp_path / f.name)
+    return tmp_path / template.name
+
+
+def runs(*args, db: Path | None = None, stdin=None, **env: str) -> tuple[int, str, str]:
+    cmd = [str(WAYPOINT), "runs", *map(str, args)] + (["--db", str(db)] if db is not None else [])
+    cwd = db.parent if db is not None else None
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=_env(**env), cwd=cwd,
+                          stdin=stdin if stdin is not None else subprocess.DEVNULL)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def refused(result: tuple[int, str, str], *words: str) -> str:
+    """An error as the CLI must give it: exit 1, one line on stderr, no traceback; returns the line."""
+    code, _, err = result
+    assert code == 1, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    for word in words:
+        assert word in err, err
+    return err
+
+
+# --- reading -----------------------------------------------------------------------------------------------
+
+def test_list_shows_each_run_with_its_status_pending_interrupts_and_graph(db):
+    code, out, err = runs("list", db=db)
+    assert code == 0, err
+    header, *rows = out.splitlines()
+    assert header.split() == ["ID", "STATUS", "VERSION", "STEP", "PENDING", "UPDATED", "GRAPH"]
+    table = {row.split()[0]: row.split() for row in rows}
+    assert set(table) == {"approve-me", "reject-me", "respond-me", "two-calls", "chat-done", "refund-7", "broken-1",
+                          "typed-1", "signed-1"}
+    assert table["two-calls"][4] == "2"
+    assert table["approve-me"][1] == "interrupted" and table["approve-me"][4] == "1"
+    assert table["approve-me"][-2:] == ["ops-test", "(agent)"]
+    assert table["refund-7"][1] == "interrupted" and table["refund-7"][-1] == "refunds"
+    assert table["chat-done"][1] == "completed" and table["chat-done"][4] == "-"
+    assert table["broken-1"][1] == "failed"
+    assert time.strftime("%Y-%m-%d") in table["broken-1"][5]  # local time
+
+
+def test_list_filters_by_status_limits_and_speaks_json(db):
+    code, out, _ = runs("list", "--status", "interrupted", "--json", db=db)
+    assert code == 0
+    found = {r["checkpoint_id"]: r for r in json.loads(out)}
+    assert set(found) == {"approve-me", "reject-me", "respond-me", "two-calls", "refund-7", "typed-1", "signed-1"}
+    assert found["approve-me"]["kind"] == "agent" and found["refund-7"]["graph"] == "refunds"
+    assert len(found["approve-me"]["interrupts"]) == 1
+    code, out, _ = runs("list", "--limit", "2", db=db)
+    assert code == 0 and len(out.splitlines()) == 3
+    assert runs("list", "--status", "completed", "--json", db=db)[1].count("checkpoint_id") == 1
+
+
+def test_runs_only_their_graph_can_read_are_marked_and_read_with_graph(db):
+    """A state type only the graph's module registers, a codec with a signing key: --graph brings both."""
+    code, out, err = runs("list", db=db)
+    rows = {row.split()[0]: row for row in out.splitlines()[1:]}
+    assert code == 0 and rows["typed-1"].endswith("(unreadable)") and rows["signed-1"].endswith("(unreadable)")
+    assert "'tests.Ticket'" in err and "show|resume typed-1 --graph MODULE:ATTR" in err
+    refused(runs("show", "typed-1", db=db), "'tests.Ticket'", "--graph MODULE:ATTR")
+    refused(runs("show", "signed-1", db=db), "signed", "--graph MODULE:ATTR")
+    code, out, _ = runs("show", "typed-1", "--graph", "runs_fixtures:typed", "--json", db=db)
+    assert code == 0 and json.loads(out)["state"] == {"title": "disk full", "priority": 2}
+    code, out, _ = runs("show", "signed-1", "--graph", "runs_fixtures:signed", db=db)
+    assert code == 0 and "refund 5?" in out
+    iid = interrupt_id("runnable:signed;node:step")
+    code, out, err = runs("resume", "signed-1", "--respond", iid, '"yes"', "--graph", "runs_fixtures:signed", db=db)
+    assert code == 0 and '[output] "refund 5: yes"' in out, err
+
+
+def test_show_an_agent_run_paused_for_approval(db):
+    code, out, err = runs("show", "approve-me", db=db)
+    assert code == 0, err
+    assert "status    interrupted" in out and "ops-test (agent)" in out
+    assert "[system] You run commands." in out and "[user] run echo hello" in out
+    assert '[tool call] execute({"command": "echo hello"}) (call call_1)' in out
+    assert f"{APPROVE}  approval of tool 'execute' (call call_1)" in out
+    assert '"command": "echo hello"' in out.split("arguments", 1)[1]  # pretty-printed, one key a line
+    assert f"--approve {APPROVE}" in out and f"--reject {APPROVE} --reason TEXT" in out
+    assert "b'" not in out and "\\x" not in out and "digest" not in out  # no raw bytes, no codec internals
+
+
+def test_show_json_is_structured(db):
+    code, out, _ = runs("show", "approve-me", "--json", db=db)
+    shown = json.loads(out)
+    assert code == 0 and shown["kind"] == "agent" and shown["status"] == "interrupted"
+    assert [m["role"] for m in shown["messages"]] == ["system", "user", "assistant"]
+    assert shown["messages"][2]["tool_calls"] == [{"id": "call_1", "name": "execute",
+                                                   "arguments": {"command": "echo hello"}}]
+    (pending,) = shown["interrupts"]
+    assert pending["kind"] == "approval" and pending["tool"] == "execute"
+    assert pending["arguments"] == {"command": "echo hello"} and pending["address"] == APPROVAL
+    assert pending["id"] == APPROVE
+
+
+def test_show_a_plain_graph_and_a_failed_run(db):
+    code, out, _ = runs("show", "refund-7", db=db)
+    assert code == 0
+    assert "pending nodes: review" in out and '"seen": 120' in out and '"receipt": "<6 bytes>"' in out
+    assert "PDF" not in out and "\\x00" not in out
+    assert "interrupt at node review" in out and '{"question": "refund 120?"}' in out
+    assert "--graph MODULE:ATTR --respond" in out
+    code, out, _ = runs("show", "broken-1", db=db)
+    assert code == 0 and "status    failed" in out
+    assert "error     NodeError: node 'fail' failed: ValueError: cannot handle 'x'" in out
+    assert "retry the failed step" in out
+
+
+def test_history_lists_versions_newest_first(db):
+    code, out, _ = runs("history", "approve-me", db=db)
+    assert code == 0
+    header, *rows = out.splitlines()
+    assert header.split() == ["VERSION", "STATUS", "STEP", "WRITTEN", "ORIGIN", "ERROR"]
+    assert [r.split()[0] for r in rows] == ["4", "3", "2", "1"]
+    assert rows[0].split()[1] == "interrupted" and rows[-1].split()[1] == "running"
+    versions = json.loads(runs("history", "broken-1", "--json", db=db)[1])
+    assert [v["version"] for v in versions] == [2, 1] and versions[0]["error"].startswith("NodeError")
+
+
+# --- resuming ------------------------------------------------------------------------------------------------
+
+def test_approve_an_agent_run_from_another_process(db, tmp_path):
+    journal = tmp_path / "journal"
+    iid = APPROVE
+    code, out, err = runs("resume", "approve-me", "--approve", iid, "--graph", "runs_fixtures:build_agent", db=db,
+                          RUNS_JOURNAL=str(journal))
+    assert code == 0, err
+    assert "[decision] approved execute (call call_1)" in out
+    assert "[tool result] ran echo hello" in out and "[assistant] the tool said: ran echo hello" in out
+    assert out.splitlines()[-1].startswith("run approve-me completed at version")
+    assert len(journal.read_text().splitlines()) == 1  # the tool ran once, in the CLI's process
+    code, out, _ = runs("show", "approve-me", db=db)
+    assert "approved execute (call call_1) at version 5" in out and "pending interrupts" not in out
+    refused(runs("resume", "approve-me", "--approve", iid, "--graph", "runs_fixtures:agent", db=db),
+            "has completed", "nothing to resume")
+
+
+def test_reject_with_a_reason(db, tmp_path):
+    journal = tmp_path / "journal"
+    iid = APPROVE
+    code, out, err = runs("resume", "reject-me", "--reject", iid, "--reason", "not on a Friday",
+                          "--graph", "runs_fixtures:agent", db=db, RUNS_JOURNAL=str(journal))
+    assert code == 0, err
+    assert "[assistant] the tool said: tool 'execute' disapproved: not on a Friday" in out
+    assert "[decision] rejected execute (call call_1): not on a Friday" in out
+    assert not journal.exists()  # never ran
+
+
+def test_respond_supplies_the_tools_result(db, tmp_path):
+    journal = tmp_path / "journal"
+    iid = APPROVE
+    code, out, err = runs("resume", "respond-me", "--respond", iid, '"all done"', "--graph", "runs_fixtures:agent",
+                          "--json", db=db, RUNS_JOURNAL=str(journal))
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["status"] == "completed" and result["output"]["content"] == "the tool said: all done"
+    assert [d["verb"] for d in result["decisions"]] == ["responded"]
+    assert not journal.exists()
+
+
+def test_a_call_not_answered_pauses_again(db, tmp_path):
+    journal = tmp_path / "journal"
+    first, second = (interrupt_id(f"runnable:ops-test;node:tools;tool:execute:call_{i}") for i in (1, 2))
+    code, out, err = runs("resume", "two-calls", "--approve", first, "--graph", "runs_fixtures:agent", db=db,
+                          RUNS_JOURNAL=str(journal))
+    assert code == 0, err
+    assert out.splitlines()[-1].startswith("run two-calls paused again at version ") and second in out
+    assert journal.read_text().split()[:2] == ["execute", "ls"]  # the approved call ran, the other did not
+    code, out, err = runs("resume", "two-calls", "--reject", second, "--reason", "no", "--graph",
+                          "runs_fixtures:agent", "--json", db=db, RUNS_JOURNAL=str(journal))
+    result = json.loads(out)
+    assert code == 0 and result["status"] == "completed", err
+    assert result["output"]["content"] == "the tool said: ran ls; tool 'execute' disapproved: no"
+    assert len(journal.read_text().splitlines()) == 1  # ls ran once, across both resumes
+
+
+@pytest.mark.parametrize("target", ["runs_fixtures:refunds", "runs_fixtures:refunds_compiled"])
+def test_resume_a_plain_graph_with_graph(db, target):
+    code, out, err = runs("resume", "refund-7", "--respond", REFUND, '"yes"', "--graph", target, db=db)
+    assert code == 0, err
+    assert '[output] "refund 120: yes"' in out and "run refund-7 completed" in out
+    shown = json.loads(runs("show", "refund-7", "--json", db=db)[1])
+    assert shown["state"] == {"seen": 120, "receipt": "<6 bytes>", "answer": "yes"}
+    assert shown["output"] == "refund 120: yes"
+
+
+def test_approve_and_reject_on_a_plain_graph_pass_a_dict(db, template, tmp_path):
+    iid = json.loads(runs("show", "refund-7", "--json", db=db)[1])["interrupts"][0]["id"]
+    assert iid == REFUND
+    code, out, _ = runs("resume", "refund-7", "--approve", iid, "--graph", "runs_fixtures:refunds", "--json", db=db)
+    assert code == 0 and json.loads(out)["output"] == "refund 120: {'approved': True}"
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(template, other / "runs.db")
+    code, out, _ = runs("resume", "refund-7", "--reject", iid, "--reason", "too much", "--graph",
+                        "runs_fixtures:refunds", "--json", db=other / "runs.db")
+    assert code == 0 and json.loads(out)["output"] == "refund 120: {'approved': False, 'reason': 'too much'}"
+
+
+@pytest.mark.parametrize("args,words", [
+    (["approve-me", "--approve", "0123456789abcdef", "--graph", "runs_fixtures:agent"],
+     ["no pending interrupt 0123456789abcdef", "pending: "]),
+    (["approve-me", "--graph", "runs_fixtures:agent"], ["waits on interrupt", "--approve IID"]),
+    (["chat-done", "--graph", "runs_fixtures:agent"], ["has completed"]),
+    (["refund-7", "--respond", REFUND, "1"], ["graph 'refunds', not by an agent", "--graph"]),
+    (["refund-7", "--respond", REFUND, "1", "--graph", "runs_fixtures:other"],
+     ["written by another graph", "node(s) ['audit'] added"]),
+    (["approve-me", "--approve", "x", "--graph", "no_such_module:agent"], ["cannot import 'no_such_module'"]),
+    (["approve-me", "--approve", "x", "--graph", "runs_fixtures:execute"], ["is a Tool, not a ChatModelAgent"]),
+    (["approve-me", "--respond", "x", "yes", "--graph", "runs_fixtures:agent"], ["'yes' is not JSON"]),
+    (["nope", "--approve", "x", "--graph", "runs_fixtures:agent"], ["no run 'nope'"]),
+])
+def test_a_resume_that_cannot_be_done_is_refused_in_one_line(db, tmp_path, args, words):
+    journal = tmp_path / "journal"
+    refused(runs("resume", *args, db=db, RUNS_JOURNAL=str(journal)), *words)
+    assert not journal.exists()
+
+
+def test_an_agent_no_command_defines_needs_graph(db):
+    refused(runs("resume", "approve-me", "--approve", APPROVE, db=db),
+            "agent 'ops-test', which no waypoint command defines", "--graph")
+
+
+def test_without_graph_the_agent_comes_from_find_agent(db, tmp_path):
+    """The path a chapter's run takes: the stored graph name is looked up with `find_agent`."""
+    script = ("import sys, runs_fixtures, waypoint.cmd.agents as agents\n"
+              "agents.find_agent = lambda name: runs_fixtures.build_agent() if name == 'ops-test' else None\n"
+              "from waypoint.cmd.runs import main\n"
+              "sys.exit(main(sys.argv[1:]))\n")
+    journal = tmp_path / "journal"
+    proc = subprocess.run([sys.executable, "-c", script, "resume", "approve-me", "--approve",
+                           APPROVE, "--db", str(db)], capture_output=True, text=True,
+                          timeout=60, env=_env(RUNS_JOURNAL=str(journal)))
+    assert proc.returncode == 0, proc.stderr
+    assert "[tool result] ran echo hello" in proc.stdout and journal.read_text().count("execute") == 1
+
+
+def test_a_crashed_run_under_a_live_lease_needs_takeover(db):
+    subprocess.run([sys.executable, str(PROCS / "runs_fixtures.py"), str(db), "crash", "job-1", "60"], env=_env(),
+                   timeout=60)
+    code, out, _ = runs("show", "job-1", db=db)
+    assert code == 0 and "status    running" in out and "lease     held by" in out and "s left)" in out
+    assert "if its process is dead: waypoint runs" in out and "--takeover" in out
+    refused(runs("resume", "job-1", "--graph", "runs_fixtures:steps", db=db), "running in another process",
+            "--takeover")
+    code, out, err = runs("resume", "job-1", "--graph", "runs_fixtures:steps", "--takeover", db=db)
+    assert code == 0, err
+    assert '[output] "worked on job"' in out
+
+
+def test_a_crashed_run_whose_lease_expired_is_shown_so_and_continues(db):
+    subprocess.run([sys.executable, str(PROCS / "runs_fixtures.py"), str(db), "crash", "job-2", "0.1"], env=_env(),
+                   timeout=60)
+    time.sleep(0.2)
+    code, out, _ = runs("list", "--status", "running", db=db)
+    assert code == 0 and "running (lease expired)" in out
+    code, out, _ = runs("show", "job-2", db=db)
+    assert "lease     expired at" in out and "the process that ran it is gone" in out
+    code, out, err = runs("resume", "job-2", "--graph", "runs_fixtures:steps", "--json", db=db)
+    assert code == 0, err
+    assert json.loads(out)["status"] == "completed"
+
+
+# --- deleting ------------------------------------------------------------------------------------------------
+
+def test_delete_needs_yes_without_a_terminal(db):
+    refused(runs("delete", "chat-done", db=db), "without confirmation", "--yes")
+    assert runs("history", "chat-done", db=db)[0] == 0  # still there
+    code, out, _ = runs("delete", "chat-done", "--yes", db=db)
+    assert code == 0 and out.strip() == "deleted run chat-done (3 versions)"
+    refused(runs("history", "chat-done", db=db), "no run 'chat-done'")
+    refused(runs("delete", "chat-done", "--yes", db=db), "no run 'chat-done'")
+
+
+@pytest.mark.parametrize("answer,deleted", [("y", True), ("n", False)])
+def test_delete_asks_on_a_terminal(db, answer, deleted):
+    main, replica = pty.openpty()
+    try:
+        os.write(main, f"{answer}\n".encode())
+        code, out, err = runs("delete", "chat-done", db=db, stdin=replica)
+    finally:
+        os.close(main)
+        os.close(replica)
+    assert "Delete run chat-done (completed, 3 version(s)) for good? [y/N]" in out
+    assert (code == 0) is deleted, err
+    assert (runs("history", "chat-done", db=db)[0] == 1) is deleted
+
+
+# --- what the database holds -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [["list"], ["show", "x"], ["history", "x"], ["delete", "x", "--yes"],
+                                     ["resume", "x", "--graph", "runs_fixtures:agent"]])
+def test_a_missing_database_is_an_error_and_is_not_created(tmp_path, command):
+    missing = tmp_path / "nowhere" / "runs.db"
+    refused(runs(*command, "--db", missing), "no database at", "--db")
+    assert not missing.parent.exists()
+
+
+def test_a_missing_database_by_default_is_not_created(tmp_path):
+    proc = subprocess.run([str(WAYPOINT), "runs", "list"], capture_output=True, text=True, cwd=tmp_path, env=_env())
+    refused((proc.returncode, proc.stdout, proc.stderr), ".waypoint/waypoint.db", "WAYPOINT_DB")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_that_is_not_a_waypoint_database_is_refused_untouched(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("hello")
+    refused(runs("list", "--db", text), "cannot be read as a SQLite database")
+    refused(runs("list", "--db", tmp_path), "is not a file")
+    other = tmp_path / "other.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    before = other.read_bytes()
+    refused(runs("show", "x", "--db", other), "not a Waypoint database")
+    assert other.read_bytes() == before
+
+
+def test_an_unknown_run_or_version(db):
+    refused(runs("show", "nope", db=db), "no run 'nope'", "waypoint runs")
+    refused(runs("history", "nope", db=db), "no run 'nope'")
+    refused(runs("show", "approve-me", "--version", "9", db=db), "no version 9", "versions 1-4")
+
+
+def test_a_corrupted_record_is_one_line_and_the_rest_still_reads(db):
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE waypoint_checkpoints SET header = x'00112233' WHERE checkpoint_id = 'reject-me' "
+                     "AND version = 4")
+    refused(runs("show", "reject-me", db=db), "run 'reject-me' version 4", "history reject-me")
+    refused(runs("resume", "reject-me", "--approve", "x", "--graph", "runs_fixtures:agent", db=db), "version 4")
+    code, out, err = runs("list", db=db)
+    assert code == 0 and "(unreadable)" in out and "reject-me" in err and "Traceback" not in err
+    assert runs("history", "reject-me", db=db)[0] == 0
+    code, out, _ = runs("show", "reject-me", "--version", "3", db=db)  # an older version still reads
+    assert code == 0 and "3 of 4 (an older one)" in out
+
+
+@pytest.mark.parametrize("args", [[], ["list", "--limit", "0"], ["list", "--status", "bogus"], ["show"],
+                                  ["frobnicate"]])
+def test_usage_errors_exit_2(db, args):
+    code, _, err = runs(*args)
+    assert code == 2 and "usage: waypoint runs" in err and "Traceback" not in err

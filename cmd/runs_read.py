@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from waypoint.engine import CheckpointMeta, InterruptCtx, InterruptInfo
-from waypoint.engine.errors import clip
 
 __all__ = ["RunsError", "StoredRun", "Pending", "opened_store", "check_database", "read_run", "read_version"]
 
@@ -129,31 +128,20 @@ async def read_version(store: Any, checkpoint_id: str, version: int | None = Non
 
     Raises `CheckpointCorrupted` (a `WaypointError`) when the record cannot be decoded.
     """
-    from waypoint.engine.checkpoint import Checkpointer
-    from waypoint.engine.serde import UnknownType, default_serializer
+    from waypoint.engine import read_run as read_stored
+    from waypoint.engine.serde import UnknownType
 
     _register_types()
-    reader = Checkpointer(store=store, serializer=serializer or default_serializer, checkpoint_id=checkpoint_id,
-                          graph_structure={})
     try:
-        loaded = await reader.load(version)
+        snap = await read_stored(store, checkpoint_id, version=version, serializer=serializer)
     except UnknownType:
         _register_command_types()
-        loaded = await reader.load(version)
-    if loaded is None:
+        snap = await read_stored(store, checkpoint_id, version=version, serializer=serializer)
+    if snap is None:
         return None
-    return _stored(loaded, loaded.meta.version)
-
-
-def _stored(loaded: Any, newest: int) -> StoredRun:
-    from waypoint.engine.resume import interrupt_info
-
-    name = loaded.structure.get("name")
-    graph = name if isinstance(name, str) else clip(repr(name), 80)
-    pos = loaded.position
-    return StoredRun(meta=loaded.meta, graph=graph, state=pos.state, output=pos.output if pos.done else None,
-                     done=pos.done, pending_nodes=tuple(pos.pending), interrupts=interrupt_info(pos, f"runnable:{graph}"),
-                     newest=newest, structure=loaded.structure)
+    return StoredRun(meta=snap.meta, graph=snap.graph or "?", state=snap.state, output=snap.output,
+                     done=snap.meta.status == "completed" or snap.output is not None, pending_nodes=snap.pending,
+                     interrupts=snap.interrupts, newest=snap.meta.version, structure=snap.structure)
 
 
 async def read_run(store: Any, checkpoint_id: str, version: int | None = None, *, serializer: Any = None,

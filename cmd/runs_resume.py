@@ -17,7 +17,6 @@ a live lease, another graph) is checked first, so it is refused as one line befo
 
 from __future__ import annotations
 
-import copy
 import importlib
 import io
 import json
@@ -140,11 +139,7 @@ def build_app(target: Any, store: Any) -> tuple[Any, Any]:
         return runner, runner.app
     if isinstance(target, Graph):
         return None, target.compile(store=store)
-    shape = copy.copy(target.shape)  # the same graph and codec, writing to this database
-    if shape.store is None:
-        shape.durability = "step"  # what compile(store=...) would have chosen
-    shape.store = store
-    return None, CompiledGraph(shape)
+    return None, target.with_store(store)  # the same graph and codec, writing to this database
 
 
 def _check(run: StoredRun, answers: dict[str, tuple[str, Any]], takeover: bool, hint: str) -> None:
@@ -168,7 +163,8 @@ def _check(run: StoredRun, answers: dict[str, tuple[str, Any]], takeover: bool, 
 
 
 def _check_graph(run: StoredRun, app: Any, what: str) -> None:
-    from waypoint.engine.checkpoint import describe_difference, fingerprint
+    from waypoint.engine.checkpoint import fingerprint
+    from waypoint.engine.checkpoint_content import describe_difference
 
     if fingerprint(app.structure) != run.meta.fingerprint:
         change = describe_difference(run.structure, app.structure)

@@ -4,7 +4,7 @@ Importing this package stays light (no SQLAlchemy, no openai): a resume in a new
 for what it imports.
 """
 
-from .compiled import CompiledGraph, RunSnapshot
+from .compiled import CompiledGraph, RunSnapshot, read_run
 from .errors import (
     CheckpointConflict,
     CheckpointCorrupted,
@@ -86,6 +86,7 @@ __all__ = [
     "Graph",
     "CompiledGraph",
     "RunSnapshot",
+    "read_run",
     "CheckPointStore",
     "CheckpointMeta",
     "Checkpoint",

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .checkpoint import Checkpointer
@@ -21,7 +22,7 @@ from .mermaid import render
 from .resume import interrupt_info
 from .shape import GraphShape
 
-__all__ = ["CompiledGraph", "RunSnapshot"]
+__all__ = ["CompiledGraph", "RunSnapshot", "read_run"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +37,36 @@ class RunSnapshot:
     pending: tuple[str, ...]
     """Nodes that still have to run (or re-run)."""
     interrupts: InterruptInfo
+    graph: str = ""
+    """The name of the graph (or agent) that wrote it."""
+    structure: dict[str, Any] = field(default_factory=dict)
+    """That graph's structure as stored (nodes, edges, branches, trigger)."""
+
+
+async def read_run(store: Any, checkpoint_id: str, *, version: int | None = None,
+                   serializer: Any = None) -> RunSnapshot | None:
+    """A stored run (newest or a given version), decoded without its graph; None if unknown.
+
+    For tools that inspect a database (`waypoint runs`): the state's registered types must be importable
+    (an agent's `AgentState` is), and a store written with a key needs that `serializer`. Raises
+    `CheckpointCorrupted` when the record does not decode.
+    """
+    if serializer is None:
+        from .serde import default_serializer
+
+        serializer = default_serializer
+    reader = Checkpointer(store=store, serializer=serializer, checkpoint_id=checkpoint_id, graph_structure={})
+    loaded = await reader.load(version)
+    return None if loaded is None else _snapshot(loaded)
+
+
+def _snapshot(loaded: Any) -> RunSnapshot:
+    pos, structure = loaded.position, loaded.structure
+    name = structure.get("name") if isinstance(structure, dict) else None
+    graph = name if isinstance(name, str) else ""
+    return RunSnapshot(meta=loaded.meta, state=pos.state, output=pos.output if pos.done else None,
+                       pending=tuple(pos.pending), interrupts=interrupt_info(pos, f"runnable:{graph}"),
+                       graph=graph, structure=structure if isinstance(structure, dict) else {})
 
 
 class CompiledGraph:
@@ -134,11 +165,16 @@ class CompiledGraph:
         reader = Checkpointer(store=self.store, serializer=self.get_serializer(), checkpoint_id=checkpoint_id,
                               graph_structure=self.structure)
         loaded = await reader.load(version)
-        if loaded is None:
-            return None
-        pos = loaded.position
-        return RunSnapshot(meta=loaded.meta, state=pos.state, output=pos.output if pos.done else None,
-                           pending=tuple(pos.pending), interrupts=interrupt_info(pos, f"runnable:{self.name}"))
+        return None if loaded is None else _snapshot(loaded)
+
+    def with_store(self, store: Any, *, durability: str | None = None) -> CompiledGraph:
+        """The same graph (nodes, options, codec) recording to `store` instead (`durability` defaults to
+        the compiled one, or "step" when the graph was compiled without a store)."""
+        shape = copy.copy(self.shape)
+        shape.store = store
+        if durability is not None or self.shape.store is None:
+            shape.durability = durability or "step"
+        return CompiledGraph(shape)
 
     # --- pictures -------------------------------------------------------------------------------------
 

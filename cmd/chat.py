@@ -16,6 +16,7 @@ import asyncio
 import shlex
 import sqlite3
 import sys
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -78,13 +79,21 @@ async def _finish_last_turn(runner: Any, console: Console, checkpoint_id: str) -
     snap = await runner.app.get_run(checkpoint_id)
     if snap is None or snap.meta.status == "completed":
         return True
+    if snap.meta.status == "running" and (snap.meta.lease_expires or 0) > time.time():
+        until = time.strftime("%H:%M:%S", time.localtime(snap.meta.lease_expires))
+        console.note(f"[error] session '{checkpoint_id}' is held by another process until {until}, so this message "
+                     "was not sent: send it again when that turn is over (or after then, if that process died)", "red")
+        return False
     if snap.interrupts.contexts:
         console.note(f"[error] session '{checkpoint_id}' is paused, waiting for an approval: answer it with "
                      f"`waypoint runs resume {checkpoint_id} --approve ID` (or --reject ID)", "red")
         return False
     console.note(f"[resume] the last turn did not finish ({_why(snap.meta)}); finishing it first", "yellow")
-    summary = await print_events(runner.resume(checkpoint_id), console)
-    return summary.error is None
+    if (await print_events(runner.resume(checkpoint_id), console)).error is None:
+        return True
+    console.note("[error] the last turn failed again, so this message was not sent: fix the cause and send it "
+                 "again (the turn is retried first), or start a new session", "red")
+    return False
 
 
 def _why(meta: Any) -> str:
@@ -92,7 +101,7 @@ def _why(meta: Any) -> str:
         return "cancelled"
     if meta.status == "failed":
         return f"failed: {compact(meta.error or '', 120)}"
-    return "its process stopped before the end"  # killed; or still running elsewhere (the engine will say)
+    return "its process stopped before the end"  # killed, and its lease has expired
 
 
 # --- sessions (chapter 3 on) ------------------------------------------------------------------------------

@@ -190,14 +190,15 @@ def test_ch03_finishes_a_turn_that_failed_before_the_next_one(tmp_path, chat_ser
     assert out.returncode == 0, out.stderr
     assert out.stderr.count("[error] NodeError: node 'model' failed: ModelError") == 2
     assert out.stderr.count("[resume] the last turn did not finish (failed: ") == 2
-    assert "CheckpointExists" not in out.stderr  # "second" waited, since the failed turn could not be finished
+    assert "CheckpointExists" not in out.stderr  # "second" was not sent, since the failed turn could not be finished
+    assert out.stderr.count("[error] the last turn failed again, so this message was not sent") == 1
     assert answers(out.stdout) == ["Answer to the first.", "Answer to the third."]
     assert [m["content"] for m in chat_server.bodies[-1]["messages"]][1:] == [
         "first", "Answer to the first.", "third"]
 
 
 def test_ch03_ctrl_c_saves_the_session_and_the_next_process_finishes_the_turn(tmp_path, chat_server):
-    chat_server.push(Reply(content="a slow answer, cut off half-way " * 3, chunk_size=4, delay=0.1),
+    chat_server.push(Reply(content="a slow answer, cut off half-way " * 6, chunk_size=4, delay=0.1),
                      "The whole answer.", "And the next one.")
     env = environ(tmp_path, **openai_env(chat_server))
     proc = subprocess.Popen([sys.executable, "-m", "waypoint.cmd.ch03", "--session", "s"], stdin=subprocess.PIPE,
@@ -207,6 +208,9 @@ def test_ch03_ctrl_c_saves_the_session_and_the_next_process_finishes_the_turn(tm
     seen = b""
     while b"[assistant] a sl" not in seen and (chunk := proc.stdout.read1(1024)):
         seen += chunk
+    meanwhile = chapter(3, "--session", "s", tmp_path=tmp_path, stdin="hello?\n\n")  # a second terminal
+    assert re.search(r"^\[error\] session 's' is held by another process until \d\d:\d\d:\d\d, so this message was "
+                     r"not sent", meanwhile.stderr, re.M), meanwhile.stderr
     proc.send_signal(signal.SIGINT)  # while the answer streams
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 130, err

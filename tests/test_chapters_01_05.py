@@ -203,16 +203,20 @@ def test_ch03_ctrl_c_saves_the_session_and_the_next_process_finishes_the_turn(tm
     env = environ(tmp_path, **openai_env(chat_server))
     proc = subprocess.Popen([sys.executable, "-m", "waypoint.cmd.ch03", "--session", "s"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
-    proc.stdin.write(b"tell me slowly\n")
-    proc.stdin.flush()
-    seen = b""
-    while b"[assistant] a sl" not in seen and (chunk := proc.stdout.read1(1024)):
-        seen += chunk
-    meanwhile = chapter(3, "--session", "s", tmp_path=tmp_path, stdin="hello?\n\n")  # a second terminal
-    assert re.search(r"^\[error\] session 's' is held by another process until \d\d:\d\d:\d\d, so this message was "
-                     r"not sent", meanwhile.stderr, re.M), meanwhile.stderr
-    proc.send_signal(signal.SIGINT)  # while the answer streams
-    out, err = proc.communicate(timeout=20)
+    try:
+        proc.stdin.write(b"tell me slowly\n")
+        proc.stdin.flush()
+        seen = b""
+        while b"[assistant] a sl" not in seen and (chunk := proc.stdout.read1(1024)):
+            seen += chunk
+        meanwhile = chapter(3, "--session", "s", tmp_path=tmp_path, stdin="hello?\n\n")  # a second terminal
+        assert re.search(r"^\[error\] session 's' is held by another process until \d\d:\d\d:\d\d, so this message "
+                         r"was not sent", meanwhile.stderr, re.M), meanwhile.stderr
+        proc.send_signal(signal.SIGINT)  # while the answer streams
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     assert proc.returncode == 130, err
     assert (seen + out).endswith(b"\nSession saved: s\nResume with: waypoint chapter 3 --session s\n")
     assert b"Traceback" not in err

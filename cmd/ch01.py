@@ -38,7 +38,7 @@ async def answer(model: Any, instruction: str, question: str, console: Console) 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = chapter_parser(1, "One streamed answer from the model (no agent, nothing stored).")
+    parser = chapter_parser(1, "One streamed answer from the model (no agent, nothing stored).", db=False)
     parser.add_argument("question", nargs="*", help="what to ask (quote it, or not)")
     args = parser.parse_args(argv)
     console = Console()

@@ -32,7 +32,8 @@ def build_agent(*, instruction: str = INSTRUCTION, model: Any = None) -> ChatMod
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = chapter_parser(2, "A chat loop: each turn continues the conversation (kept in memory).").parse_args(argv)
+    args = chapter_parser(2, "A chat loop: each turn continues the conversation (kept in memory).",
+                          db=False).parse_args(argv)
     console = Console()
 
     def body() -> int:

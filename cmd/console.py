@@ -60,12 +60,15 @@ def open_store(db: Path | None = None) -> Any:
     return SQLiteStore(path)
 
 
-def chapter_parser(number: int, description: str, *, session: bool = False,
+def chapter_parser(number: int, description: str, *, session: bool = False, db: bool = True,
                    instruction: str = "You are a helpful assistant.") -> argparse.ArgumentParser:
-    """The options every chapter takes: `--instruction`, `--db`; from chapter 3 on, `--session`."""
+    """The options every chapter takes: `--instruction`; `--db` for chapters that store runs; from
+    chapter 3 on, `--session`."""
     p = argparse.ArgumentParser(prog=f"waypoint chapter {number}", description=description)
     p.add_argument("--instruction", default=instruction, help="the system instruction (default: %(default)r)")
-    p.add_argument("--db", type=Path, default=None, help="SQLite file (default: $WAYPOINT_DB or .waypoint/waypoint.db)")
+    if db:
+        p.add_argument("--db", type=Path, default=None,
+                       help="SQLite file (default: $WAYPOINT_DB or .waypoint/waypoint.db)")
     if session:
         p.add_argument("--session", default=None, help="resume this session (default: a new one)")
     return p
@@ -160,7 +163,7 @@ def _print_action(action: Any, console: Console, summary: EventSummary) -> None:
         console.note(f"\n[retry] {action.retry.what} call failed, retrying: {action.retry.error}", "yellow")
     if action.rerun is not None:
         summary.reruns.append(action.rerun)
-        console.line(f"[rerun] {action.rerun.name} had started before the crash: it runs again "
-                     f"(same idempotency key {action.rerun.idempotency_key[:12]}…)", "yellow")
+        console.line(f"[rerun] {action.rerun.name} had started and not finished (a crash, or a failed turn): "
+                     f"it runs again with the same idempotency key {action.rerun.idempotency_key[:12]}…", "yellow")
     if action.decision is not None:
         summary.decisions.append(action.decision)

@@ -441,3 +441,38 @@ async def test_the_offline_model_drives_an_agent_without_a_key():
                            .run("please run the command echo hello"))
     assert ran == ["echo hello"]
     assert "hello" in outputs(events)[-1][2]
+
+
+async def test_a_failed_turn_can_be_abandoned_and_the_conversation_goes_on():
+    @tool
+    def broken() -> str:
+        """Always fails."""
+        raise PermissionError("no access")
+
+    store = MemoryStore()
+    model = ScriptedChatModel([ask(("broken", {})), lambda msgs, _: f"seen: {[m.content for m in msgs if m.role == 'user']}"])
+    runner = Runner(ChatModelAgent(name="f", model=model, tools=[broken]), store=store)
+    first = await collect(runner.run("try it", checkpoint_id="c"))
+    assert isinstance(first[-1][1], Exception) and (await store.history("c"))[0].status == "failed"
+    assert isinstance((await collect(runner.run("next", checkpoint_id="c")))[-1][1], CheckpointExists)
+    events = await collect(runner.run("never mind", checkpoint_id="c", force_new_run=True))
+    assert outputs(events)[-1][2] == "seen: ['try it', 'never mind']"
+
+
+async def test_leaving_an_agent_runs_events_early_cancels_the_run_and_saves_it():
+    gate = asyncio.Event()
+
+    @tool
+    async def slow() -> str:
+        """Slow."""
+        await gate.wait()
+        return "never"
+
+    store = MemoryStore()
+    runner = Runner(ChatModelAgent(name="c", model=ScriptedChatModel([ask(("slow", {}))]), tools=[slow]), store=store)
+    events = runner.run("go", checkpoint_id="x")
+    async for event in events:
+        break  # the first event: the assistant's request; the tool is about to wait forever
+    await events.aclose()
+    meta = (await store.history("x"))[0]
+    assert (meta.status, meta.error) == ("interrupted", "cancelled")

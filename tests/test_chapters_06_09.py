@@ -172,7 +172,7 @@ def test_ch09_a_killed_turn_resumes_without_rerunning_finished_calls(tmp_path):
     assert second.returncode == 0, second.stderr
     # it waited for the dead process's lease (unless starting took longer than the lease), then resumed
     assert "did not finish (its process stopped while it ran); continuing it" in second.stdout
-    assert re.search(r"^\[rerun\] process_item had started before the crash", second.stdout, re.M)
+    assert re.search(r"^\[rerun\] process_item had started and not finished", second.stdout, re.M)
     assert '{"item": "alpha"}): finished before the turn was cut off — its result came from the ledger' in second.stdout
     assert '{"item": "beta"}): had started before the turn was cut off — it ran again' in second.stdout
     assert '{"item": "gamma"}): had not started before the turn was cut off' in second.stdout

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCKS = [(doc.name, code) for doc in DOCS for code in re.findall(r"```python\n(.*?)```", doc.read_text(), re.S)]
 
 
@@ -24,7 +24,7 @@ def test_doc_block_runs_and_prints_what_it_says(code, tmp_path):
 
 
 def test_docs_link_to_existing_files():
-    for doc in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+    for doc in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:
         for target in re.findall(r"\]\(([^)#:]+)\)", doc.read_text()):
             assert (doc.parent / target).exists(), f"{doc.name} links to missing {target}"
 

@@ -11,6 +11,7 @@ completed one ended with (read back with `get_run`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -134,16 +135,21 @@ class Runner:
     # --- async iterators ----------------------------------------------------------------------------
 
     async def run(self, messages: str | Message | Sequence[Message], *, checkpoint_id: str | None = None,
-                  ) -> AsyncIterator[AgentEvent]:
+                  force_new_run: bool = False) -> AsyncIterator[AgentEvent]:
         """Run the agent on a new message (or messages). On a `checkpoint_id` whose run completed, the
-        conversation continues: the new run starts from the messages the last one ended with."""
+        conversation continues: the new run starts from the messages the last one ended with. A run that
+        is paused or failed refuses new input (`CheckpointExists`) unless `force_new_run=True`, which
+        abandons its unfinished turn and goes on from the conversation as it was stored."""
         history: list[Message] = []
         if checkpoint_id is not None and self.store is not None:
             last = await self.app.get_run(checkpoint_id)
-            if last is not None and last.meta.status == "completed" and last.state is not None:
+            usable = last is not None and last.state is not None and (force_new_run or last.meta.status == "completed")
+            if usable:
                 history = list(last.state.messages)
-        async for event in self._events([*history, *as_messages(messages)], {"checkpoint_id": checkpoint_id}):
-            yield event
+        options = {"checkpoint_id": checkpoint_id, "force_new_run": force_new_run}
+        async with contextlib.aclosing(self._events([*history, *as_messages(messages)], options)) as events:
+            async for event in events:  # closing this iterator (or cancelling its consumer) cancels the run
+                yield event
 
     async def resume(self, checkpoint_id: str, *, takeover: bool = False) -> AsyncIterator[AgentEvent]:
         """Resume a stored run: every pending interrupt, with no data; a run that crashed with nothing
@@ -152,15 +158,17 @@ class Runner:
         snap = await self.app.get_run(checkpoint_id) if self.store is not None else None
         pending = snap is not None and bool(snap.interrupts.contexts)
         options = {"checkpoint_id": checkpoint_id, "resume": True if pending else None, "takeover": takeover}
-        async for event in self._events(None, options):
-            yield event
+        async with contextlib.aclosing(self._events(None, options)) as events:
+            async for event in events:
+                yield event
 
     async def resume_with_params(self, checkpoint_id: str, targets: dict[str, Any], *, takeover: bool = False,
                                  ) -> AsyncIterator[AgentEvent]:
         """Resume the interrupts named in `targets` (`{interrupt_id: data}`); the others pause again."""
         options = {"checkpoint_id": checkpoint_id, "resume": dict(targets), "takeover": takeover}
-        async for event in self._events(None, options):
-            yield event
+        async with contextlib.aclosing(self._events(None, options)) as events:
+            async for event in events:
+                yield event
 
     # --- sync helpers ---------------------------------------------------------------------------------
 

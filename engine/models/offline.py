@@ -47,7 +47,8 @@ def _clean(field: str, value: str) -> str:
     value = value.strip()
     if len(value) >= 2 and value[0] == value[-1] and value[0] in _QUOTES:
         return value[1:-1].strip()
-    if field != "question" and len(value) >= 2 and value[-1] in ".!?" and not value[-2].isspace():
+    if field != "question" and len(value) >= 2 and value[-1] in ".!?" and not value[-2].isspace() \
+            and value[-2] != ".":  # "..", "../": a path, not the end of a sentence
         return value[:-1]
     return value
 

@@ -20,7 +20,6 @@ so the retry shows without a network. The offline model learns one phrasing for 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import sys
@@ -34,7 +33,7 @@ from waypoint.middleware import ModelRetryMiddleware, SafeToolMiddleware, ToolRe
 from .ch04 import MAX_ITERATIONS, check_root, default_instruction
 from .chat import guarded, session_chat
 from .console import Console, chapter_model, chapter_parser
-from .fstools import MAX_READ, ProjectRoot, filesystem_tools
+from .fstools import ProjectRoot, execute_tool, filesystem_tools
 
 AGENT_NAME = "ch05"
 TOOL_RETRY = RetryPolicy(max_attempts=3, initial_interval=0.5, max_interval=5.0)
@@ -42,36 +41,9 @@ MODEL_RETRY = RetryPolicy(max_attempts=5, initial_interval=1.0, max_interval=20.
 RETRIED_TOOLS = ("ls", "read_file", "glob", "grep", "fetch_status")  # reads: calling one twice is harmless
 
 
-class CommandFailed(Exception):
-    """A command exited with a non-zero code (or ran out of time)."""
-
-
 def strict_execute(root: ProjectRoot, *, timeout: float = 30.0) -> Tool:
     """`execute(command)` in the project root that raises `CommandFailed` when the command fails."""
-
-    @tool
-    async def execute(command: str) -> str:
-        """Run a shell command in the project root and return its output; a command that fails is an error.
-
-        Args:
-            command: the command line
-        """
-        proc = await asyncio.create_subprocess_shell(
-            command, cwd=root.root, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
-        try:
-            out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-        except asyncio.TimeoutError:
-            proc.kill()
-            await proc.wait()
-            # Not a TimeoutError: that one is transient for the retry layer, and a command may have had effects.
-            raise CommandFailed(f"command timed out after {timeout:g} s") from None
-        text = out.decode(errors="replace")[:MAX_READ]
-        if proc.returncode != 0:
-            raise CommandFailed(f"command exited with code {proc.returncode}" + (f": {text.strip()}" if text.strip()
-                                                                                  else ""))
-        return text or "(no output)"
-
-    return execute
+    return execute_tool(root, timeout=timeout, check=True)
 
 
 _status_calls = 0

@@ -19,7 +19,7 @@ from typing import Any
 
 from waypoint.engine import RetryAgentRun, Tool, tool
 
-__all__ = ["ProjectRoot", "filesystem_tools", "execute_tool"]
+__all__ = ["ProjectRoot", "filesystem_tools", "execute_tool", "CommandFailed"]
 
 MAX_READ = 100_000
 MAX_MATCHES = 200
@@ -129,8 +129,13 @@ def filesystem_tools(root: ProjectRoot) -> list[Tool]:
     return [ls, read_file, write_file, edit_file, glob_files, grep]
 
 
-def execute_tool(root: ProjectRoot, *, timeout: float = 30.0) -> Tool:
-    """`execute(command)`: a shell command run in the project root, with a timeout."""
+class CommandFailed(Exception):
+    """A command exited with a non-zero code, or ran out of time (`execute_tool(check=True)`)."""
+
+
+def execute_tool(root: ProjectRoot, *, timeout: float = 30.0, check: bool = False) -> Tool:
+    """`execute(command)`: a shell command run in the project root, with a timeout. With `check=True` a
+    failing command is an error (`CommandFailed`) rather than a result that reports the exit code."""
 
     @tool
     async def execute(command: str) -> str:
@@ -146,11 +151,18 @@ def execute_tool(root: ProjectRoot, *, timeout: float = 30.0) -> Tool:
         except asyncio.TimeoutError:
             proc.kill()
             await proc.wait()
+            if check:  # not a TimeoutError: a retry layer takes that as transient, and the command may have acted
+                raise CommandFailed(f"command timed out after {timeout:g} s") from None
             return f"timed out after {timeout:g} s"
         text = out.decode(errors="replace")
         if len(text) > MAX_READ:
             text = text[:MAX_READ] + "\n... (output cut)"
-        return text if proc.returncode == 0 else f"exit code {proc.returncode}\n{text}"
+        if proc.returncode == 0:
+            return text or ("(no output)" if check else text)
+        if check:
+            raise CommandFailed(f"command exited with code {proc.returncode}" + (f": {text.strip()}" if text.strip()
+                                                                                  else ""))
+        return f"exit code {proc.returncode}\n{text}"
 
     return execute
 

@@ -135,10 +135,11 @@ class SQLStore(_sql.SQLStoreMethods):
     async def _call(self, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
         text, dialect = self._text, self.dialect
         engine = await self._engine()
-        async with engine.begin() as conn:
-            if not self._migrated:
+        if not self._migrated:  # its own transaction: an operation that fails must not roll the schema back
+            async with engine.begin() as conn:
                 await conn.run_sync(lambda sync: _sql.migrate(_Conn(sync, text, dialect), dialect))
-                self._migrated = True
+            self._migrated = True
+        async with engine.begin() as conn:
             return await conn.run_sync(lambda sync: fn(_Conn(sync, text, dialect), *args))
 
     async def _listen(self, channel: str, callback: Callable[[], None]) -> Callable[[], Any] | None:

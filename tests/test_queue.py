@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 
-from waypoint.engine import END, START, Graph, Interrupt, get_resume_context
+from waypoint.engine import END, START, Graph, GraphInterrupted, Interrupt, get_resume_context
 from waypoint.stores import MemoryStore, QueueError, QueueTimeout, RunQueue, SQLiteStore, SQLStore, Worker
 
 
@@ -119,11 +119,13 @@ async def test_the_queue_refuses_what_the_run_does_not_allow(qstore):
     await stopped(worker, task)
     with pytest.raises(QueueError, match="MemoryStore lives and dies with one process"):
         RunQueue(MemoryStore())
+    direct = approval_graph(qstore, calls, name="direct")
+    with pytest.raises(GraphInterrupted):
+        await direct.ainvoke("d", checkpoint_id="run-d")  # paused, but never queued
     with pytest.raises(QueueError, match="not submitted through the queue"):
-        direct = approval_graph(qstore, calls, name="direct")
-        with pytest.raises(Exception):
-            await direct.ainvoke("d", checkpoint_id="run-d")
         await queue.resume("run-d", True)
+    await queue.resume("run-d", True, graph=direct)  # naming the graph is enough
+    assert (await queue.status("run-d")).state == "queued"
 
 
 async def test_a_worker_only_takes_work_for_its_graphs(qstore):

@@ -14,8 +14,6 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-import pytest
-
 from test_cross_process import finish, start, starts, wait_for_line, wait_until
 
 PROCS = Path(__file__).parent / "procs"
@@ -204,8 +202,7 @@ def test_sigkill_mid_node_on_postgres_then_resume_reruns_only_that_node(pg_url, 
     assert starts(journal) == Counter({"n0": 1, "n1": 1, "n2": 2, "n3": 1, "n4": 1})
 
 
-@pytest.mark.parametrize("kind", ["sqlite"])
-def test_the_worker_command_refuses_a_bad_graph_spec_in_one_line(tmp_path, kind):
+def test_the_worker_command_refuses_a_bad_graph_spec_in_one_line(tmp_path):
     out = subprocess.run([sys.executable, "-m", "waypoint.cmd.main", "worker", "--db", str(tmp_path / "q.db"),
                           "--graphs", "no_such_module:thing"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=60)

@@ -130,7 +130,7 @@ async def test_the_queue_refuses_what_the_run_does_not_allow(qstore):
 
 async def test_a_worker_only_takes_work_for_its_graphs(qstore):
     calls: Counter = Counter()
-    mine, other = approval_graph(qstore, calls, name="mine"), approval_graph(qstore, calls, name="other")
+    mine = approval_graph(qstore, calls, name="mine")
     queue = RunQueue(qstore)
     await queue.submit("other", "o", "run-o")
     await queue.submit(mine, "m", "run-m")
@@ -215,3 +215,4 @@ async def test_postgres_notify_wakes_an_idle_worker_at_once(pg_url):
     assert time.monotonic() - started < 3.0
     await stopped(worker, task)
     await store.close()
+

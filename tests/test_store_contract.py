@@ -330,3 +330,25 @@ def test_a_version_1_database_is_migrated_in_place(tmp_path):
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT version FROM waypoint_schema").fetchall() == [(3,)]
         assert conn.execute("SELECT COUNT(*) FROM waypoint_queue").fetchall() == [(0,)]  # migration 3
+
+
+async def test_postgres_a_put_racing_a_delete_never_brings_the_run_back(pg_url):
+    """Postgres runs writers side by side: without the run's advisory lock a put whose checks ran before a
+    concurrent delete committed inserted its version after it, and the run came back (or lost its blobs)."""
+    writer, deleter = SQLStore(pg_url), SQLStore(pg_url)
+
+    async def put_v2(cid):
+        try:
+            await writer.put(meta(cid, 2), b"h", {"run": f"{cid}-b"}, [Blob(hash=f"{cid}-b", data=b"b")],
+                             expected_version=1)
+        except (CheckpointNotFound, CheckpointConflict):
+            pass
+
+    for i in range(40):
+        cid = f"race-{i}"
+        await writer.put(meta(cid, 1), b"h", {"run": f"{cid}-a"}, [Blob(hash=f"{cid}-a", data=b"a")],
+                         expected_version=None)
+        await asyncio.gather(put_v2(cid), deleter.delete(cid))
+        assert await writer.history(cid) == [], f"{cid} came back after its delete"
+    await writer.close()
+    await deleter.close()

@@ -63,11 +63,13 @@ class Worker:
     wakes it by NOTIFY); `lease_seconds`: how long its claims last unrenewed (default: twice the graphs'
     longest lease — a claim only matters before a run's first write and after its last one, the run's
     own lease covers the rest); `drain_seconds`: how long `stop()` lets runs in flight finish before cancelling
-    them; `serializer`: the queue's codec (the one `RunQueue` used to submit)."""
+    them; `max_attempts`: claims of one request after which it is recorded as an error instead of run
+    again (a run that kills every worker that takes it must not take the fleet down one by one);
+    `serializer`: the queue's codec (the one `RunQueue` used to submit)."""
 
     def __init__(self, store: Any, graphs: Sequence[Any] | Mapping[str, Any], *, concurrency: int = 8,
                  poll: float = 1.0, lease_seconds: float | None = None, drain_seconds: float = 30.0,
-                 serializer: Any = None, name: str | None = None) -> None:
+                 max_attempts: int = 10, serializer: Any = None, name: str | None = None) -> None:
         self.queue = RunQueue(store, serializer=serializer)
         self.store = store
         self.graphs = _by_name(store, graphs)
@@ -77,6 +79,7 @@ class Worker:
         self.poll = poll
         self.lease_seconds = lease_seconds or 2 * max(app.lease_seconds for app in self.graphs.values())
         self.drain_seconds = drain_seconds
+        self.max_attempts = max_attempts
         self.name = name or f"worker:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self._tasks: set[asyncio.Task] = set()
         self._wake: asyncio.Event | None = None
@@ -165,6 +168,12 @@ class Worker:
 
     async def _work(self, item: _Item) -> None:
         cid, queue = item.checkpoint_id, self.queue
+        if item.attempt > self.max_attempts:
+            error = (f"run '{cid}': gave up after {self.max_attempts} attempts (each worker that took this work "
+                     "died, drained or lost the run before recording an outcome); look at the run's history, fix "
+                     "the cause, and queue it again")
+            await queue._finish(cid, self.name, item.attempt, "error", error, None)
+            return
         try:
             outcome, error, result = await self._do(item)
         except asyncio.CancelledError:  # draining: the engine saved the run; another worker continues it

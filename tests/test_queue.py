@@ -216,3 +216,18 @@ async def test_postgres_notify_wakes_an_idle_worker_at_once(pg_url):
     await stopped(worker, task)
     await store.close()
 
+
+async def test_work_that_every_worker_died_on_is_given_up_after_max_attempts(qstore):
+    calls: Counter = Counter()
+    app = approval_graph(qstore, calls)
+    queue = RunQueue(qstore)
+    await queue.submit(app, "p", "run-p")
+    for _ in range(2):  # two workers took it and died before the run wrote anything
+        assert len(await queue._claim("ghost", ["ask"], 5, 0.05)) == 1
+        await asyncio.sleep(0.1)
+    worker = Worker(qstore, [app], poll=0.05, max_attempts=2)
+    task = await running(worker)
+    given_up = await queue.wait("run-p", timeout=20)
+    await stopped(worker, task)
+    assert given_up.outcome == "error" and "gave up after 2 attempts" in given_up.error
+    assert given_up.attempts == 3 and calls["prepare", "p"] == 0

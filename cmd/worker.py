@@ -1,7 +1,7 @@
 """`waypoint worker`: a process that runs queued work from a shared database (docs/scale-out.md).
 
     waypoint worker --db postgresql+asyncpg://user@host/db --graphs myapp.flows:triage,myapp.agents:ops
-        [--concurrency 8] [--poll 1.0] [--drain 30] [--pool 10]
+        [--concurrency 8] [--poll 1.0] [--drain 30] [--pool 10] [--max-attempts 10]
 
 `--graphs` names objects as `module:attribute`: a `Graph` or a `ChatModelAgent` (compiled here on the
 worker's store), a function taking the store and returning a compiled graph, or a graph compiled on an
@@ -63,7 +63,8 @@ async def serve(args: argparse.Namespace) -> int:
     store = open_store(args.db, args.pool)
     try:
         graphs = [load_graph(spec.strip(), store) for spec in args.graphs.split(",") if spec.strip()]
-        worker = Worker(store, graphs, concurrency=args.concurrency, poll=args.poll, drain_seconds=args.drain)
+        worker = Worker(store, graphs, concurrency=args.concurrency, poll=args.poll, drain_seconds=args.drain,
+                        max_attempts=args.max_attempts)
     except Exception as err:  # noqa: BLE001 - one clear line and a non-zero exit code
         await store.close()
         print(f"waypoint worker: {err}", file=sys.stderr)
@@ -95,6 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--poll", type=float, default=1.0, help="seconds between looks at the queue when idle")
     p.add_argument("--drain", type=float, default=30.0, help="seconds to let runs finish after SIGTERM")
     p.add_argument("--pool", type=int, default=10, help="Postgres connections per event loop (default 10)")
+    p.add_argument("--max-attempts", type=int, default=10, help="claims of one request before it is given up")
     return asyncio.run(serve(p.parse_args(argv)))
 
 

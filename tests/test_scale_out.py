@@ -14,11 +14,24 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import pytest
+
 from test_cross_process import finish, start, starts, wait_for_line, wait_until
 
 PROCS = Path(__file__).parent / "procs"
 RUNS = 200
 LEASE = 1.5
+
+
+@pytest.fixture
+def fleet():
+    """Worker processes started by a test (append them); whatever is still running at the end is killed."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.communicate(timeout=10)
 
 
 def spawn_worker(url: str, journal: Path, cwd: Path, *, concurrency: int = 20) -> subprocess.Popen:
@@ -75,12 +88,13 @@ async def wait_all(url: str, ids: list[str]) -> list:
     return done
 
 
-def test_three_workers_two_hundred_approvals_one_worker_sigkilled(pg, pg_url, tmp_path):
+def test_three_workers_two_hundred_approvals_one_worker_sigkilled(pg, pg_url, tmp_path, fleet):
     """The acceptance case of docs/scale-out.md: every run completes; nothing committed runs again."""
     from pg import database_of
 
     db, journal = database_of(pg_url), tmp_path / "journal"
     workers = [spawn_worker(pg_url, journal, tmp_path) for _ in range(3)]
+    fleet.extend(workers)
     victim = workers[0]
     ids = [f"run-{i:03d}" for i in range(RUNS)]
     started = time.monotonic()
@@ -136,8 +150,9 @@ def test_three_workers_two_hundred_approvals_one_worker_sigkilled(pg, pg_url, tm
     assert elapsed < 90, f"the fleet took {elapsed:.0f} s"
 
 
-def test_an_idle_fleet_drains_on_sigterm_and_exits_zero(pg_url, tmp_path):
+def test_an_idle_fleet_drains_on_sigterm_and_exits_zero(pg_url, tmp_path, fleet):
     worker = spawn_worker(pg_url, tmp_path / "journal", tmp_path)
+    fleet.append(worker)
     time.sleep(1.0)
     worker.send_signal(signal.SIGTERM)
     out, err = worker.communicate(timeout=20)

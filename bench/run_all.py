@@ -1,7 +1,7 @@
 """Run every benchmark side by side and print one markdown table (``make bench``).
 
     python -m bench.run_all                 # all workloads, 5 process runs per cell
-    python -m bench.run_all --runs 7 --only b1,b4      # any of b1,b2,b3,b4,b5,b6
+    python -m bench.run_all --runs 7 --only b1,b4      # any of b1,b2,b3,b4,b5,b6,b7,b8
 
 Also writes the table, with the date/machine/version lines, to bench/results/latest.md.
 """
@@ -97,6 +97,16 @@ ROWS: dict[str, list[Row]] = {
         Row("B5 500 concurrent runs", "peak RSS", "bench.b5_concurrent", "peak_rss_mb", "MB", "sqlite", None),
         Row("B5 500 concurrent runs", "runs verified completed exactly once", "bench.b5_concurrent", "runs_ok",
             "of 500", "sqlite", None, "500"),
+    ],
+    "b8": [
+        *(Row("B8 queue on Postgres, 500 runs", f"runs/s, {n} worker process{'es' if n > 1 else ''} (higher is better)",
+              "bench.b8_queue", "runs_per_s", "runs/s", f"w{n}", None) for n in (1, 2, 4)),
+        *(Row("B8 queue on Postgres, 500 runs", f"queue item latency p50, {n} worker(s)", "bench.b8_queue", "p50_ms",
+              "ms", f"w{n}", None) for n in (1, 2, 4)),
+        *(Row("B8 queue on Postgres, 500 runs", f"queue item latency p99, {n} worker(s)", "bench.b8_queue", "p99_ms",
+              "ms", f"w{n}", None) for n in (1, 2, 4)),
+        Row("B8 queue on Postgres, 500 runs", "runs verified completed exactly once (4 workers)", "bench.b8_queue",
+            "runs_ok", "of 500", "w4", None, "500"),
     ],
     "b6": [
         Row("B6 import", "engine: time", "bench.b6_import", "import_ms", "ms", "engine", "engine"),

@@ -3,6 +3,7 @@
     waypoint demo                       the tour: an agent's approval, resumed by a new process
     waypoint chapter N [options]        quickstart chapter N (1-9); also python -m waypoint.cmd.chNN
     waypoint runs list|show|history|resume|delete [options]   stored runs
+    waypoint worker --db URL --graphs module:attr[,...]     run queued work (docs/scale-out.md)
 """
 
 from __future__ import annotations
@@ -26,6 +27,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     chapter.add_argument("number", type=int, choices=CHAPTERS, metavar="N")
     runs = sub.add_parser("runs", help="list, show, resume or delete stored runs", add_help=False)
     runs.add_argument("rest", nargs=argparse.REMAINDER)
+    worker = sub.add_parser("worker", help="run queued work from a shared database", add_help=False)
+    worker.add_argument("rest", nargs=argparse.REMAINDER)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["worker"]:  # its options (--db first) go to it untouched: argparse would split them
+        from .worker import main as worker_main
+
+        return worker_main(argv[1:])
     args, rest = parser.parse_known_args(argv)
     if args.command == "demo":
         if rest:

@@ -1,6 +1,9 @@
-"""Checkpoint stores: `MemoryStore`, `SQLiteStore(path)`, `SQLStore(url)` (SQLAlchemy: Postgres, SQLite).
+"""Checkpoint stores — `MemoryStore`, `SQLiteStore(path)`, `SQLStore(url)` (SQLAlchemy: Postgres, SQLite) —
+and the run queue: `RunQueue` (submit / resume / status / wait) and the `Worker` that runs queued work.
 
-`import waypoint.stores` imports no database driver; SQLAlchemy loads when an `SQLStore` is created.
+`import waypoint.stores` imports no database driver (SQLAlchemy loads when an `SQLStore` is created),
+and the queue's modules load when one of their names is first used: a process that only resumes a run
+pays for neither.
 """
 
 from __future__ import annotations
@@ -11,14 +14,21 @@ from .memory import MemoryStore
 from .sqlite import SQLiteStore
 
 if TYPE_CHECKING:
+    from .queue import QueueError, QueueTimeout, RunQueue, WorkStatus
     from .sql import SQLStore
+    from .worker import Worker
 
-__all__ = ["MemoryStore", "SQLiteStore", "SQLStore"]
+__all__ = ["MemoryStore", "SQLiteStore", "SQLStore", "RunQueue", "WorkStatus", "Worker", "QueueError",
+           "QueueTimeout"]
+
+_LAZY = {"SQLStore": "sql", "RunQueue": "queue", "WorkStatus": "queue", "QueueError": "queue",
+         "QueueTimeout": "queue", "Worker": "worker"}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "SQLStore":
-        from .sql import SQLStore
+    module = _LAZY.get(name)
+    if module is not None:
+        from importlib import import_module
 
-        return SQLStore
+        return getattr(import_module(f".{module}", __name__), name)
     raise AttributeError(f"module 'waypoint.stores' has no attribute {name!r}")

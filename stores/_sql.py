@@ -6,6 +6,13 @@ transaction — and use only SQL that SQLite and Postgres both accept, with `:na
 (sqlite3's named style and SQLAlchemy's `text()` style alike). Compare-and-set is
 `INSERT … ON CONFLICT DO NOTHING` on the `(checkpoint_id, version)` key: zero rows inserted means
 another writer took that version first.
+
+Where the two databases differ, the difference is one statement keyed by `db.dialect`: SQLite runs
+every write transaction under the database's one write lock (`BEGIN IMMEDIATE`), so writers never
+interleave; Postgres runs them side by side (READ COMMITTED), so a write that reads before it writes
+(put's compare-and-set and blob check, delete, prune, expire) first takes the run's advisory lock
+(`_lock_run`), and migrations take a database-wide one, so processes that start at once migrate one
+after the other.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from ._common import (
     needed_blobs,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 T = TypeVar("T")
 
 _BINARY = {"sqlite": "BLOB", "postgresql": "BYTEA"}
@@ -83,11 +90,35 @@ MIGRATIONS: dict[int, list[str]] = {
             PRIMARY KEY (checkpoint_id, version, call_id))""",
     ],
     2: ["ALTER TABLE waypoint_checkpoints ADD COLUMN origin TEXT"],
+    # The run queue (stores/queue.py): one row per run with work to do or last done.
+    3: [
+        """CREATE TABLE waypoint_queue (
+            checkpoint_id TEXT NOT NULL PRIMARY KEY,
+            graph TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            payload {binary} NOT NULL,
+            base_version INTEGER,
+            state TEXT NOT NULL,
+            worker TEXT,
+            attempts INTEGER NOT NULL,
+            submitted_at {real} NOT NULL,
+            claimed_at {real},
+            claimed_until {real},
+            finished_at {real},
+            outcome TEXT,
+            error TEXT,
+            result {binary})""",
+        "CREATE INDEX waypoint_queue_ready ON waypoint_queue (state, submitted_at)",
+    ],
 }
+
+_MIGRATION_LOCK = 0x57A7_0001  # Postgres advisory lock key: one migrating process at a time
 
 
 class DB(Protocol):
-    """One open transaction, whatever the driver."""
+    """One open transaction, whatever the driver; `dialect` is "sqlite" or "postgresql"."""
+
+    dialect: str
 
     def rows(self, sql: str, params: Mapping[str, Any] = ...) -> list[tuple]: ...
     def run(self, sql: str, params: Mapping[str, Any] = ...) -> int: ...
@@ -97,7 +128,12 @@ class DB(Protocol):
 # --- schema ---------------------------------------------------------------------------------------------
 
 def migrate(db: DB, dialect: str) -> None:
-    """Create or upgrade the schema inside the caller's (write) transaction."""
+    """Create or upgrade the schema inside the caller's (write) transaction.
+
+    On Postgres the transaction first takes an advisory lock, so processes starting at once on a new
+    database migrate one after the other (two `CREATE TABLE IF NOT EXISTS` racing can both fail)."""
+    if dialect == "postgresql":
+        db.rows(f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})")
     db.run("CREATE TABLE IF NOT EXISTS waypoint_schema (version INTEGER NOT NULL)")
     found = db.rows("SELECT version FROM waypoint_schema")
     current = found[0][0] if found else 0
@@ -116,6 +152,13 @@ def migrate(db: DB, dialect: str) -> None:
 
 
 # --- operations -------------------------------------------------------------------------------------------
+
+def _lock_run(db: DB, checkpoint_id: str) -> None:
+    """Postgres: the run's writers take turns until this transaction ends. (SQLite needs nothing: a
+    write transaction already holds the database's only write lock.)"""
+    if db.dialect == "postgresql":
+        db.rows("SELECT pg_advisory_xact_lock(hashtextextended(:c, 0))", {"c": checkpoint_id})
+
 
 _META_COLUMNS = ("checkpoint_id, version, status, step, fingerprint, created_at, updated_at, "
                  "lease_owner, lease_expires, error, origin")
@@ -220,6 +263,7 @@ def put(db: DB, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], b
         expected_version: int | None) -> None:
     check_put(meta, expected_version)
     cid = meta.checkpoint_id
+    _lock_run(db, cid)  # a delete or prune of this run cannot slip between the checks and the insert
     needed = sorted(needed_blobs(parts, blobs))
     params: dict[str, Any] = {f"h{i}": h for i, h in enumerate(needed)}
     params["c"] = cid
@@ -308,14 +352,17 @@ def list_runs(db: DB, status: str | None, limit: int, before: Any) -> list[Check
 
 def delete(db: DB, checkpoint_id: str) -> bool:
     params = {"c": checkpoint_id}
+    _lock_run(db, checkpoint_id)
     existed = db.run("DELETE FROM waypoint_checkpoints WHERE checkpoint_id = :c", params) > 0
     db.run("DELETE FROM waypoint_blobs WHERE checkpoint_id = :c", params)
     db.run("DELETE FROM waypoint_ledger WHERE checkpoint_id = :c", params)
+    db.run("DELETE FROM waypoint_queue WHERE checkpoint_id = :c", params)  # its queued work goes with it
     return existed
 
 
 def prune(db: DB, checkpoint_id: str, keep_last: int) -> int:
     params: dict[str, Any] = {"c": checkpoint_id, "k": max(1, keep_last)}
+    _lock_run(db, checkpoint_id)
     keep_from = db.rows(
         "SELECT MIN(version) FROM (SELECT version FROM waypoint_checkpoints WHERE checkpoint_id = :c "
         "ORDER BY version DESC LIMIT :k) newest", params)
@@ -340,15 +387,19 @@ def prune(db: DB, checkpoint_id: str, keep_last: int) -> int:
     return dropped
 
 
+_EXPIRED = ("SELECT c.checkpoint_id FROM waypoint_checkpoints c JOIN (SELECT checkpoint_id, MAX(version) AS v "
+            "FROM waypoint_checkpoints {where} GROUP BY checkpoint_id) h ON c.checkpoint_id = h.checkpoint_id "
+            "AND c.version = h.v WHERE c.status = 'interrupted' AND c.updated_at < :t ORDER BY c.checkpoint_id")
+
+
 def expire(db: DB, older_than: float, now: float | None) -> list[str]:
     cutoff = (time.time() if now is None else now) - older_than
-    rows = db.rows(
-        "SELECT c.checkpoint_id FROM waypoint_checkpoints c JOIN (SELECT checkpoint_id, MAX(version) AS v "
-        "FROM waypoint_checkpoints GROUP BY checkpoint_id) h ON c.checkpoint_id = h.checkpoint_id AND c.version = h.v "
-        "WHERE c.status = 'interrupted' AND c.updated_at < :t ORDER BY c.checkpoint_id", {"t": cutoff})
-    gone = [r[0] for r in rows]
-    for checkpoint_id in gone:
-        delete(db, checkpoint_id)
+    gone = []
+    for (checkpoint_id,) in db.rows(_EXPIRED.format(where=""), {"t": cutoff}):
+        _lock_run(db, checkpoint_id)  # then look again: a resume may have claimed it meanwhile (Postgres)
+        if db.rows(_EXPIRED.format(where="WHERE checkpoint_id = :c"), {"t": cutoff, "c": checkpoint_id}):
+            delete(db, checkpoint_id)
+            gone.append(checkpoint_id)
     return gone
 
 

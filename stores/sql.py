@@ -1,15 +1,25 @@
-"""`SQLStore(url)`: the store contract on SQLAlchemy 2's async engine (Postgres, or SQLite via aiosqlite).
+"""`SQLStore(url)`: the store contract on SQLAlchemy 2's async engine (Postgres via asyncpg, or SQLite via aiosqlite).
 
 It runs the same SQL as `SQLiteStore` (stores/_sql.py) inside `engine.begin()`; adding a database is
 adding its dialect's column types there plus a conformance-test run. For SQLite URLs every
 transaction starts with `BEGIN IMMEDIATE` (SQLAlchemy's documented recipe for pysqlite/aiosqlite), WAL
 and a busy timeout are set on connect. SQLAlchemy is imported when the first store is created, never
 by `import waypoint.stores`.
+
+**One engine per event loop.** An asyncpg connection belongs to the event loop that opened it, and a
+store is used from several: `invoke()` runs `asyncio.run` per call, and the lease thread renews leases
+from its own loop (engine/lease.py). So the store keeps one SQLAlchemy engine — one connection pool —
+per loop that uses it, created on that loop's first call. A loop that shuts down with
+`asyncio.run` / `asyncio.Runner` disposes its engine itself (a small async generator parked on the
+loop is closed by `shutdown_asyncgens()`, and closing it disposes the pool while the loop still runs);
+`close()` disposes the calling loop's engine and lets go of the others.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from . import _sql
@@ -23,11 +33,12 @@ T = TypeVar("T")
 class _Conn:
     """The `_sql.DB` interface over a SQLAlchemy (sync-facade) connection inside `run_sync`."""
 
-    __slots__ = ("conn", "text")
+    __slots__ = ("conn", "text", "dialect")
 
-    def __init__(self, conn: Any, text: Callable[[str], Any]) -> None:
+    def __init__(self, conn: Any, text: Callable[[str], Any], dialect: str) -> None:
         self.conn = conn
         self.text = text
+        self.dialect = dialect
 
     def rows(self, sql: str, params: Mapping[str, Any] = {}) -> list[tuple]:
         return [tuple(r) for r in self.conn.execute(self.text(sql), dict(params)).fetchall()]
@@ -39,23 +50,68 @@ class _Conn:
         self.conn.execute(self.text(sql), [dict(p) for p in params])
 
 
+def _text_cache(text: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`text(sql)`, remembered: the same few statements run at every step, and parsing their `:name`
+    parameters each time costs more than running them (measured with B8's profile)."""
+    cache: dict[str, Any] = {}
+
+    def cached(sql: str) -> Any:
+        clause = cache.get(sql)
+        if clause is None:
+            if len(cache) > 512:  # statements built per number of parts stay few; bound it anyway
+                cache.clear()
+            clause = cache[sql] = text(sql)
+        return clause
+
+    return cached
+
+
+async def _dispose_at_shutdown(store: SQLStore, loop: Any, engine: Any) -> AsyncIterator[None]:
+    """Parked on `loop` once started: `shutdown_asyncgens()` closes it, which disposes `engine`."""
+    try:
+        yield
+    finally:
+        store._forget(loop, engine)
+        await engine.dispose()
+
+
 class SQLStore(_sql.SQLStoreMethods):
-    """A `CheckPointStore` on any SQLAlchemy async URL: `postgresql+asyncpg://…`, `sqlite+aiosqlite:///…`."""
+    """A `CheckPointStore` on any SQLAlchemy async URL: `postgresql+asyncpg://…`, `sqlite+aiosqlite:///…`.
+
+    `engine_options` go to `create_async_engine` for every loop's engine (say `pool_size=`,
+    `max_overflow=`; SQLAlchemy's defaults are 5 and 10 connections per loop).
+    """
 
     def __init__(self, url: str, *, busy_timeout: float = 30.0, ttl: float | None = None,
                  **engine_options: Any) -> None:
-        from sqlalchemy import event, text
-        from sqlalchemy.ext.asyncio import create_async_engine
+        from sqlalchemy import text
+        from sqlalchemy.engine import make_url
 
         self.url = url
         self.expiry = Expiry(ttl)
-        self._text = text
-        self._engine = create_async_engine(url, **engine_options)
-        self.dialect = self._engine.dialect.name
+        self.busy_timeout = busy_timeout
+        self._text = _text_cache(text)
+        self._options = engine_options
+        self.dialect = make_url(url).get_backend_name()
         if self.dialect not in _sql._BINARY:
             raise ValueError(f"SQLStore supports sqlite and postgresql URLs, not {self.dialect!r} ({url})")
+        self._lock = threading.Lock()
+        self._engines: dict[Any, tuple[Any, Any]] = {}  # loop -> (engine, its parked closer)
+        self._migrated = False
+
+    def __repr__(self) -> str:
+        return f"SQLStore({self.url!r})"
+
+    # --- one engine per event loop ----------------------------------------------------------------------
+
+    def _create_engine(self) -> Any:
+        from sqlalchemy import event
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        engine = create_async_engine(self.url, **self._options)
         if self.dialect == "sqlite":
-            sync_engine = self._engine.sync_engine
+            sync_engine = engine.sync_engine
+            busy_ms = int(self.busy_timeout * 1000)
 
             @event.listens_for(sync_engine, "connect")
             def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -63,25 +119,82 @@ class SQLStore(_sql.SQLStoreMethods):
                 cursor = dbapi_conn.cursor()
                 cursor.execute("PRAGMA journal_mode=WAL")
                 cursor.execute("PRAGMA synchronous=NORMAL")
-                cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+                cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
                 cursor.close()
 
             @event.listens_for(sync_engine, "begin")
             def _on_begin(conn: Any) -> None:
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
 
-        self._migrated = False
+        return engine
 
-    def __repr__(self) -> str:
-        return f"SQLStore({self.url!r})"
+    async def _engine(self) -> Any:
+        """This loop's engine, created (and its disposal at loop shutdown arranged) on first use."""
+        loop = asyncio.get_running_loop()
+        found = self._engines.get(loop)
+        if found is not None:
+            return found[0]
+        engine = self._create_engine()
+        closer = _dispose_at_shutdown(self, loop, engine)
+        with self._lock:
+            for old in [lp for lp in self._engines if lp.is_closed()]:  # loops closed without shutdown_asyncgens
+                self._engines.pop(old)[0].sync_engine.dispose(close=False)
+            self._engines[loop] = (engine, closer)
+        await closer.__anext__()  # parks it on this loop (the loop keeps only a weak reference: we keep it)
+        return engine
+
+    def _forget(self, loop: Any, engine: Any) -> None:
+        with self._lock:
+            if self._engines.get(loop, (None,))[0] is engine:
+                del self._engines[loop]
 
     async def _call(self, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
-        text = self._text
-        async with self._engine.begin() as conn:
-            if not self._migrated:
-                await conn.run_sync(lambda sync: _sql.migrate(_Conn(sync, text), self.dialect))
-                self._migrated = True
-            return await conn.run_sync(lambda sync: fn(_Conn(sync, text), *args))
+        text, dialect = self._text, self.dialect
+        engine = await self._engine()
+        if not self._migrated:  # its own transaction: an operation that fails must not roll the schema back
+            async with engine.begin() as conn:
+                await conn.run_sync(lambda sync: _sql.migrate(_Conn(sync, text, dialect), dialect))
+            self._migrated = True
+        async with engine.begin() as conn:
+            return await conn.run_sync(lambda sync: fn(_Conn(sync, text, dialect), *args))
+
+    async def _listen(self, channel: str, callback: Callable[[], None]) -> Callable[[], Any] | None:
+        """Postgres: call `callback` (on this loop) on every NOTIFY to `channel`; returns an async closer.
+
+        Holds one connection of this loop's pool until closed. None on SQLite (nothing to listen to)."""
+        if self.dialect != "postgresql":
+            return None
+        engine = await self._engine()
+        conn = await engine.connect()
+        raw = (await conn.get_raw_connection()).driver_connection
+
+        def notified(*_: Any) -> None:
+            callback()
+
+        await raw.add_listener(channel, notified)
+
+        async def close() -> None:
+            try:
+                if not raw.is_closed():
+                    await raw.remove_listener(channel, notified)
+            finally:
+                await conn.close()
+
+        return close
 
     async def close(self) -> None:
-        await self._engine.dispose()
+        """Dispose this loop's connection pool and let go of every other loop's (the store reopens on use)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        with self._lock:
+            engines, self._engines = self._engines, {}
+        for owner, (engine, _closer) in engines.items():
+            if owner is loop:
+                await engine.dispose()
+                continue
+            try:  # another loop's connections are closed by that loop, the next time it runs
+                asyncio.run_coroutine_threadsafe(engine.dispose(), owner)
+            except RuntimeError:  # that loop is closed: drop them
+                engine.sync_engine.dispose(close=False)

@@ -48,6 +48,7 @@ class _Conn:
     """The `_sql.DB` interface over one sqlite3 connection."""
 
     __slots__ = ("raw",)
+    dialect = "sqlite"
 
     def __init__(self, raw: sqlite3.Connection) -> None:
         self.raw = raw

@@ -56,15 +56,44 @@ def chat_server():
     assert not server.replies, f"{len(server.replies)} scripted replies were never requested"
 
 
-@pytest.fixture(params=["memory", "sqlite", "sqlalchemy-sqlite"])
+@pytest.fixture(scope="session")
+def pg():
+    """One PostgreSQL server for the session (tests/pg.py). Skips the test when no server can start,
+    unless WAYPOINT_REQUIRE_POSTGRES=1 (CI), where that is a failure."""
+    from pg import REQUIRED, PgServer
+
+    try:
+        server = PgServer()
+    except Exception as err:  # noqa: BLE001 - reported as the reason of the skip (or failure)
+        message = f"PostgreSQL could not start: {type(err).__name__}: {err}"
+        if REQUIRED:
+            pytest.fail(message + " (WAYPOINT_REQUIRE_POSTGRES=1)", pytrace=False)
+        pytest.skip(message)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(pg):
+    """A fresh, empty Postgres database for this test: its SQLAlchemy URL."""
+    return pg.new_database()
+
+
+STORES = ["memory", "sqlite", "sqlalchemy-sqlite", "postgres"]
+
+
+@pytest.fixture(params=STORES)
 async def store(request, tmp_path):
-    """Each store the contract covers, on a fresh database (memory, SQLite file, SQLAlchemy + aiosqlite)."""
+    """Each store the contract covers, on a fresh database (memory, SQLite file, SQLAlchemy + aiosqlite,
+    SQLAlchemy + asyncpg on a real PostgreSQL server)."""
     from waypoint.stores import MemoryStore, SQLiteStore, SQLStore
 
     if request.param == "memory":
         s = MemoryStore()
     elif request.param == "sqlite":
         s = SQLiteStore(tmp_path / "runs.db")
+    elif request.param == "postgres":
+        s = SQLStore(request.getfixturevalue("pg_url"))
     else:
         s = SQLStore(f"sqlite+aiosqlite:///{tmp_path / 'runs.db'}")
     yield s

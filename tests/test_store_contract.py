@@ -1,4 +1,5 @@
-"""The store contract (engine/store.py), run against every store: memory, SQLite, SQLAlchemy+SQLite."""
+"""The store contract (engine/store.py), run against every store: memory, SQLite, SQLAlchemy+SQLite,
+SQLAlchemy+Postgres (the `store` fixture in conftest.py)."""
 
 from __future__ import annotations
 
@@ -267,15 +268,43 @@ async def test_sqlite_close_releases_every_connection_and_reopens(tmp_path):
     await store.close()
 
 
-def test_sqlstore_survives_sync_invoke_on_fresh_event_loops(tmp_path):
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_sqlstore_survives_sync_invoke_on_fresh_event_loops(tmp_path, request, db):
     from waypoint.engine import END, START, Graph
 
     g = Graph(name="loops")
     g.add_node("a", lambda x: x + 1)
     g.add_edge(START, "a")
     g.add_edge("a", END)
-    app = g.compile(store=SQLStore(f"sqlite+aiosqlite:///{tmp_path / 'loops.db'}"))
+    url = request.getfixturevalue("pg_url") if db == "postgres" else f"sqlite+aiosqlite:///{tmp_path / 'loops.db'}"
+    store = SQLStore(url)
+    app = g.compile(store=store)
     assert [app.invoke(i, checkpoint_id=f"r{i}") for i in range(3)] == [1, 2, 3]  # three loops, one store
+    assert store._engines == {}  # each loop disposed its own pool when asyncio.run shut it down
+    if db == "postgres":
+        pg = request.getfixturevalue("pg")
+        from pg import database_of
+
+        left = pg.sql("SELECT COUNT(*) FROM pg_stat_activity WHERE datname = $1", database_of(url))
+        assert left == [(0,)]  # no connection outlives its loop
+
+
+def test_sqlstore_on_postgres_is_usable_from_another_thread_and_loop(pg_url):
+    """What the lease thread does: a renewal from a second thread's loop while the first loop is alive."""
+    import threading
+
+    async def main():
+        store = SQLStore(pg_url)
+        await store.put(meta(lease_owner="me", lease_expires=10.0), b"h", {}, [], expected_version=None)
+        results = []
+        thread = threading.Thread(target=lambda: results.append(asyncio.run(store.renew_lease("run-1", 1, "me", 77.0))))
+        thread.start()
+        await asyncio.get_running_loop().run_in_executor(None, thread.join)
+        assert results == [True] and (await store.get("run-1")).meta.lease_expires == 77.0
+        assert len(store._engines) == 1  # the thread's loop disposed its own engine when it closed
+        await store.close()
+
+    asyncio.run(main())
 
 
 def test_a_version_1_database_is_migrated_in_place(tmp_path):
@@ -299,4 +328,27 @@ def test_a_version_1_database_is_migrated_in_place(tmp_path):
     assert [m.version for m in old] == [1] and old[0].origin is None
     assert new[0].origin == "old-run@1"
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT version FROM waypoint_schema").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM waypoint_schema").fetchall() == [(3,)]
+        assert conn.execute("SELECT COUNT(*) FROM waypoint_queue").fetchall() == [(0,)]  # migration 3
+
+
+async def test_postgres_a_put_racing_a_delete_never_brings_the_run_back(pg_url):
+    """Postgres runs writers side by side: without the run's advisory lock a put whose checks ran before a
+    concurrent delete committed inserted its version after it, and the run came back (or lost its blobs)."""
+    writer, deleter = SQLStore(pg_url), SQLStore(pg_url)
+
+    async def put_v2(cid):
+        try:
+            await writer.put(meta(cid, 2), b"h", {"run": f"{cid}-b"}, [Blob(hash=f"{cid}-b", data=b"b")],
+                             expected_version=1)
+        except (CheckpointNotFound, CheckpointConflict):
+            pass
+
+    for i in range(40):
+        cid = f"race-{i}"
+        await writer.put(meta(cid, 1), b"h", {"run": f"{cid}-a"}, [Blob(hash=f"{cid}-a", data=b"a")],
+                         expected_version=None)
+        await asyncio.gather(put_v2(cid), deleter.delete(cid))
+        assert await writer.history(cid) == [], f"{cid} came back after its delete"
+    await writer.close()
+    await deleter.close()

@@ -1,6 +1,6 @@
 """Graphs and a command line for the cross-process tests (run as a script in a child process).
 
-    python crash_graphs.py DB CHECKPOINT_ID MODE [--journal PATH] [--trigger any|all] [--lease S]
+    python crash_graphs.py DB|URL CHECKPOINT_ID MODE [--journal PATH] [--trigger any|all] [--lease S]
         [--resume JSON] [--takeover] [--sleep-at NODE] [--barrier PATH] [--durability D] [--block S]
 
 Every node appends "<node> <pid>" to the journal (flushed and fsynced) when it starts and
@@ -163,7 +163,11 @@ def approval(args, name: str):
 
 
 async def main(args) -> int:
-    if args.sqlstore:
+    if "://" in args.db:  # a SQLAlchemy URL (Postgres)
+        from waypoint.stores import SQLStore
+
+        store = SQLStore(args.db)
+    elif args.sqlstore:
         from waypoint.stores import SQLStore
 
         store = SQLStore(f"sqlite+aiosqlite:///{args.db}")

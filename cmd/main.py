@@ -30,23 +30,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker = sub.add_parser("worker", help="run queued work from a shared database", add_help=False)
     worker.add_argument("rest", nargs=argparse.REMAINDER)
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["worker"]:  # its options (--db first) go to it untouched: argparse would split them
+    # Commands with their own parsers get their words untouched (argparse would split `runs --db X list`).
+    if argv[:1] == ["worker"]:
         from .worker import main as worker_main
 
         return worker_main(argv[1:])
-    args, rest = parser.parse_known_args(argv)
-    if args.command == "demo":
-        if rest:
-            parser.error(f"unrecognized arguments: {' '.join(rest)}")
-        from .demo import run_demo
+    if argv[:1] == ["runs"]:
+        from .runs import main as runs_main
 
-        return run_demo(args.db, triage=args.triage)
-    if args.command == "chapter":
-        module = importlib.import_module(f".ch{args.number:02d}", __package__)
-        return module.main(rest)
-    from .runs import main as runs_main
+        return runs_main(argv[1:])
+    if argv[:1] == ["chapter"] and len(argv) > 1 and argv[1].isdigit() and int(argv[1]) in CHAPTERS:
+        module = importlib.import_module(f".ch{int(argv[1]):02d}", __package__)
+        return module.main(argv[2:])
+    args = parser.parse_args(argv)  # demo, help, and the usage errors of the others
+    from .demo import run_demo
 
-    return runs_main([*args.rest, *rest])
+    return run_demo(args.db, triage=args.triage)
 
 
 if __name__ == "__main__":

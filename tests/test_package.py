@@ -111,3 +111,11 @@ def test_python_m_pytest_runs_from_the_repository_root():
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     assert "test_python_m_pytest_runs_from_the_repository_root" in out.stdout
+
+
+def test_the_cli_passes_options_before_a_commands_words_to_that_command(tmp_path):
+    waypoint = str(Path(sys.executable).parent / "waypoint")
+    out = subprocess.run([waypoint, "runs", "--db", str(tmp_path / "none.db"), "list"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 1 and "invalid choice" not in out.stderr and "none.db" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and not (tmp_path / "none.db").exists()

@@ -3,6 +3,7 @@
     waypoint demo                       the tour: an agent's approval, resumed by a new process
     waypoint chapter N [options]        quickstart chapter N (1-9); also python -m waypoint.cmd.chNN
     waypoint runs list|show|history|resume|delete [options]   stored runs
+    waypoint serve --db URL --agents module:attr[,...]          the HTTP service and approval page
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     chapter.add_argument("number", type=int, choices=CHAPTERS, metavar="N")
     runs = sub.add_parser("runs", help="list, show, resume or delete stored runs", add_help=False)
     runs.add_argument("rest", nargs=argparse.REMAINDER)
+    serve = sub.add_parser("serve", help="the HTTP service and approval page (the [service] extra)", add_help=False)
+    serve.add_argument("rest", nargs=argparse.REMAINDER)
     args, rest = parser.parse_known_args(argv)
+    if args.command == "serve":
+        return _serve([*args.rest, *rest])
     if args.command == "demo":
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -39,6 +44,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .runs import main as runs_main
 
     return runs_main([*args.rest, *rest])
+
+
+def _serve(argv: list[str]) -> int:
+    try:
+        from waypoint.service.serve import main as serve_main
+    except ModuleNotFoundError as err:
+        print(f"waypoint serve needs the service extra: pip install 'waypoint-graph[service]' ({err})", file=sys.stderr)
+        return 2
+    return serve_main(argv)
 
 
 if __name__ == "__main__":

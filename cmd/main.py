@@ -18,6 +18,9 @@ CHAPTERS = range(1, 10)
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `waypoint` CLI; returns the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:  # its options go to it whole (argparse would reorder them around REMAINDER)
+        return _serve(argv[1:])
     parser = argparse.ArgumentParser(prog="waypoint", description="Waypoint: checkpointed graph execution.")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="an agent's run paused for approval, resumed by a new process")
@@ -30,8 +33,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve = sub.add_parser("serve", help="the HTTP service and approval page (the [service] extra)", add_help=False)
     serve.add_argument("rest", nargs=argparse.REMAINDER)
     args, rest = parser.parse_known_args(argv)
-    if args.command == "serve":
-        return _serve([*args.rest, *rest])
     if args.command == "demo":
         if rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")

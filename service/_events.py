@@ -86,9 +86,9 @@ class EventLog:
         (the next position) when the reader fell behind the log (it must take a snapshot)."""
         while not self.closed:
             start = position - self.dropped
-            if start < 0:
-                yield len(self.events) + self.dropped  # fell behind: the caller resyncs
+            if start < 0:  # fell behind: the caller takes a snapshot; what comes after it follows
                 position = len(self.events) + self.dropped
+                yield position
                 continue
             if start < len(self.events):
                 batch = self.events[start:]

@@ -71,7 +71,7 @@ $("logout").addEventListener("click", async () => {
 
 async function answer(item, card, answerBody) {
   for (const b of card.querySelectorAll("button, input, textarea")) b.disabled = true;
-  const status = card.querySelector(".status");
+  const status = card.querySelector(".outcome");
   status.textContent = "sending…";
   const body = { answers: [{ interrupt_id: item.id, ...answerBody }], expected_version: item.version };
   const result = await api(`runs/${encodeURIComponent(item.checkpoint_id)}/resume`, {
@@ -121,13 +121,13 @@ function card(item, showRun) {
     const respond = el("button", "respond", "Answer");
     respond.addEventListener("click", () => {
       let value;
-      try { value = JSON.parse(output.value); } catch (e) { li.querySelector(".status").textContent = "not JSON"; return; }
+      try { value = JSON.parse(output.value); } catch (e) { li.querySelector(".outcome").textContent = "not JSON"; return; }
       answer(item, li, { action: "respond", output: value });
     });
     actions.append(output, respond);
   }
   for (const b of actions.querySelectorAll("button, input, textarea")) b.disabled = !allowed;
-  li.append(actions, el("p", "status"));
+  li.append(actions, el("p", "outcome"));
   return li;
 }
 
@@ -176,7 +176,9 @@ const runId = page === "run" ? decodeURIComponent(location.pathname.split("/ui/r
 function renderRun(run) {
   $("run-id").textContent = run.checkpoint_id;
   const facts = [["graph", `${run.graph} (${run.kind})`], ["status", run.status], ["version", run.version],
-    ["step", run.step], ["updated", when(run.updated_at)], ["error", run.error]];
+    ["step", run.step], ["updated", when(run.updated_at)], ["error", run.error],
+    ["decisions", (run.decisions || []).map((d) => `${d.verb} ${d.tool} (call ${d.call_id}) at version ${d.version}` +
+      (d.reason ? `: ${d.reason}` : "")).join("; ") || null]];
   $("facts").replaceChildren(...facts.filter(([, v]) => v !== null && v !== undefined).flatMap(([k, v]) =>
     [el("dt", null, k), el("dd", k === "status" ? `status ${v}` : null, v)]));
   $("approvals").replaceChildren(...run.interrupts.filter((i) => i.kind !== "pause")

@@ -9,6 +9,8 @@ from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import TypeAdapter, ValidationError
 
+from waypoint.engine import WaypointError
+
 from ._events import stream
 from ._execution import Execution
 from ._schemas import Accepted, InputMessage, Problem, ResumeRun, RunList, Served, StartRun
@@ -129,7 +131,10 @@ class _Api:
     async def get_run(self, checkpoint_id: str, version: int | None = Query(None, ge=1)) -> Any:
         """A run: status, step, pending interrupts with what they show, the conversation (an agent) or
         the state (a graph), its output, decisions, and its history (every version, newest first)."""
-        view = await self._view(checkpoint_id, version)
+        try:
+            view = await self._view(checkpoint_id, version)
+        except WaypointError as err:  # stored bytes that do not decode, a type no module here registers
+            return JSONResponse({"detail": f"run '{checkpoint_id}' cannot be read: {err}"}, status_code=500)
         if view is None:
             return _missing(checkpoint_id, version)
         return view
@@ -189,14 +194,19 @@ class _Api:
 
     async def approvals(self, limit: int = Query(100, ge=1, le=500)) -> Any:
         """What paused runs wait on, newest first: approvals (tool, arguments, digest) and other interrupts."""
-        out = []
+        out, unreadable = [], []
         for meta in await self.store.list(status="interrupted", limit=limit):
             target = self.service.target_of(meta)
-            for item in await self.service.pending(meta):
+            try:
+                pending = await self.service.pending(meta)
+            except WaypointError:  # one damaged (or foreign) run does not hide the others
+                unreadable.append(meta.checkpoint_id)
+                continue
+            for item in pending:
                 if item["kind"] != "pause":
                     out.append({"checkpoint_id": meta.checkpoint_id, "graph": target.name if target else None, **item})
         out.sort(key=lambda p: p["paused_at"] or 0, reverse=True)
-        return {"approvals": out}
+        return {"approvals": out, "unreadable": unreadable}
 
     async def service_events(self, last_event_id: str | None = Header(None, alias="Last-Event-ID"),
                              after: int | None = Query(None)) -> Any:

@@ -50,7 +50,7 @@ class Service:
         self.auth = auth if isinstance(auth, Auth) else Auth(auth)
         self.logs = Logs()
         self.executor = Executor(store, self.logs)
-        self._pending: OrderedDict[tuple[str, int], list[dict[str, Any]]] = OrderedDict()
+        self._pending: OrderedDict[tuple[str, int, float, float], list[dict[str, Any]]] = OrderedDict()
         from ._api import build_router
 
         self.router: APIRouter = build_router(self)
@@ -80,7 +80,7 @@ class Service:
 
     async def pending(self, meta: CheckpointMeta) -> list[dict[str, Any]]:
         """The interrupts a version waits on (cached: a version never changes)."""
-        key = (meta.checkpoint_id, meta.version)
+        key = (meta.checkpoint_id, meta.version, meta.created_at, meta.updated_at)  # a new run on the ID differs
         found = self._pending.get(key)
         if found is None:
             snap = await self.snapshot(meta.checkpoint_id, meta.version, history=[meta])

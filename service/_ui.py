@@ -40,10 +40,12 @@ def _asset(name: str) -> str:
 
 
 def _base(request: Request) -> str:
-    """The path the service is mounted at ("" at the root)."""
-    route = request.scope.get("route")
-    path = getattr(route, "path", "") or ""
-    return request.scope.get("root_path", "") + path.split("/ui", 1)[0]
+    """The path the service is mounted at ("" at the root): the request's path without the segments of
+    the route from `/ui` on (whether or not the route's own path carries the router's prefix)."""
+    template = getattr(request.scope.get("route"), "path_format", "") or ""
+    depth = template[template.find("/ui"):].count("/") if "/ui" in template else 0
+    parts = request.url.path.rstrip("/").split("/")
+    return "/".join(parts[:len(parts) - depth])
 
 
 def add_ui_routes(router: APIRouter, service: Service) -> None:

@@ -334,3 +334,61 @@ def test_the_409_comes_from_the_stores_compare_and_set(tmp_path):
     (lost,) = [a for a in answers if "detail" in a]
     assert f"moved past version {run['version']}" in lost["detail"]  # the store's compare-and-set said so
     assert lost["current_version"] > run["version"]
+
+
+def test_stopping_the_server_saves_its_runs_as_cancelled_and_a_resume_continues_them(tmp_path):
+    calls: list[str] = []
+    db = tmp_path / "runs.db"
+    with Served(create_app(approval_agent(calls, delay=0.5), SQLiteStore(db), auth=TOKEN)) as s, s.client() as c:
+        assert c.post("/runs", json={"input": "uptime", "checkpoint_id": "cut"}).status_code == 201
+        assert c.get("/runs/cut").json()["status"] == "running"
+    # the server stopped mid-answer: the run is saved, resumable, at its last finished step
+    with Served(create_app(approval_agent(calls), SQLiteStore(db), auth=TOKEN)) as s, s.client() as c:
+        run = c.get("/runs/cut").json()
+        assert (run["status"], run["error"], run["active"]) == ("interrupted", "cancelled", False)
+        r = c.post("/runs/cut/resume", json={"wait": True})  # nothing to answer: it continues
+        assert r.status_code == 200 and r.json()["status"] == "interrupted"
+        assert r.json()["interrupts"][0]["arguments"] == {"command": "uptime"}
+    assert calls == []
+
+
+def test_mounted_under_a_prefix_in_an_existing_app(tmp_path):
+    from fastapi import FastAPI
+
+    from waypoint.service import create_router
+
+    calls: list[str] = []
+    app = FastAPI()
+
+    @app.get("/health")
+    async def health():
+        return {"ok": True}
+
+    router = create_router({"ops": approval_agent(calls)}, SQLiteStore(tmp_path / "runs.db"), auth=TOKEN)
+    app.include_router(router, prefix="/waypoint")
+    with Served(app) as s, s.client() as c:
+        assert c.get("/health").json() == {"ok": True}
+        run = c.post("/waypoint/runs", json={"input": "ls", "checkpoint_id": "m1", "wait": True}).json()
+        assert run["status"] == "interrupted"
+        assert c.get("/runs/m1").status_code == 404  # only under the prefix
+        page = c.get("/waypoint/ui/runs/m1").text
+        assert '<base href="/waypoint/">' in page and 'src="ui/static/app.js"' in page
+        r = c.post("/waypoint/ui/login", json={"token": TOKEN}, headers={"X-Requested-With": "waypoint"})
+        assert "Path=/waypoint/" in r.headers["set-cookie"]
+        answer = {"answers": [{"action": "approve", "interrupt_id": run["interrupts"][0]["id"]}], "wait": True}
+        assert c.post("/waypoint/runs/m1/resume", json=answer).json()["status"] == "completed"
+    assert calls == ["ls"]
+    assert router.service.logs.hub.closed  # the router's lifespan ran in the app's shutdown
+
+
+def test_a_damaged_run_is_500_to_read_and_does_not_hide_the_other_approvals(tmp_path, served, client):
+    import sqlite3
+
+    paused(client, "fine")
+    paused(client, "damaged", "ls")
+    with sqlite3.connect(tmp_path / "runs.db") as db:
+        db.execute("UPDATE waypoint_blobs SET data = x'00' WHERE checkpoint_id = 'damaged'")
+    r = client.get("/runs/damaged")
+    assert r.status_code == 500 and "cannot be read" in r.json()["detail"]
+    listed = client.get("/approvals").json()
+    assert [a["checkpoint_id"] for a in listed["approvals"]] == ["fine"] and listed["unreadable"] == ["damaged"]

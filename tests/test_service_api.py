@@ -392,3 +392,21 @@ def test_a_damaged_run_is_500_to_read_and_does_not_hide_the_other_approvals(tmp_
     assert r.status_code == 500 and "cannot be read" in r.json()["detail"]
     listed = client.get("/approvals").json()
     assert [a["checkpoint_id"] for a in listed["approvals"]] == ["fine"] and listed["unreadable"] == ["damaged"]
+
+
+def test_restart_runs_the_call_again_with_new_arguments(client, calls):
+    run = paused(client, "t9", "rm -rf /")
+    r = client.post("/runs/t9/resume", json={"answers": [{"action": "restart", "interrupt_id": run["interrupts"][0]["id"],
+                                                          "replace_input": {"command": "ls /"}}], "wait": True})
+    assert r.status_code == 200 and r.json()["status"] == "completed"
+    assert calls == ["ls /"]
+    assert r.json()["decisions"][0]["verb"] == "restarted"
+
+
+def test_the_public_names():
+    import waypoint.service as service
+
+    assert set(service.__all__) == {"create_app", "create_router", "Service", "Auth", "AuthError", "ServiceError",
+                                    "load_targets", "open_store"}
+    for name in service.__all__:
+        assert hasattr(service, name)

@@ -16,7 +16,7 @@ demo: $(STAMP)
 	$(BIN)/waypoint demo
 
 test: $(STAMP)
-	$(BIN)/ruff check engine stores middleware cmd
+	$(BIN)/ruff check engine stores middleware service cmd
 	$(BIN)/pytest -q
 
 bench: $(STAMP)

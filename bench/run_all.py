@@ -1,7 +1,7 @@
 """Run every benchmark side by side and print one markdown table (``make bench``).
 
     python -m bench.run_all                 # all workloads, 5 process runs per cell
-    python -m bench.run_all --runs 7 --only b1,b4      # any of b1,b2,b3,b4,b5,b6,b7,b8
+    python -m bench.run_all --runs 7 --only b1,b4      # any of b1,b2,b3,b4,b5,b6,b7,b8,b9
 
 Also writes the table, with the date/machine/version lines, to bench/results/latest.md.
 """
@@ -108,6 +108,26 @@ ROWS: dict[str, list[Row]] = {
         Row("B8 queue on Postgres, 500 runs", "runs verified completed exactly once (4 workers)", "bench.b8_queue",
             "runs_ok", "of 500", "w4", None, "500"),
     ],
+    "b9": [
+        Row("B9 HTTP service, 50 clients", "get-run: requests/s (higher is better)", "bench.b9_service", "get_rps",
+            "req/s", "sqlite", None),
+        Row("B9 HTTP service, 50 clients", "get-run: p99 latency", "bench.b9_service", "get_p99_ms", "ms",
+            "sqlite", None),
+        Row("B9 HTTP service, 50 clients", "resume (answers once claimed): requests/s (higher is better)",
+            "bench.b9_service", "resume_rps", "req/s", "sqlite", None),
+        Row("B9 HTTP service, 50 clients", "resume: p99 latency", "bench.b9_service", "resume_p99_ms", "ms",
+            "sqlite", None),
+        Row("B9 HTTP service, 50 clients", "SSE: model token -> client, p50", "bench.b9_service", "sse_p50_ms", "ms",
+            "sqlite", None),
+        Row("B9 HTTP service, 50 clients", "SSE: model token -> client, p99", "bench.b9_service", "sse_p99_ms", "ms",
+            "sqlite", None),
+        Row("B9 HTTP service, 50 clients", "runs completed after the resumes", "bench.b9_service", "runs_ok",
+            "of 1500", "sqlite", None, "1500"),
+        Row("B9 HTTP service, 50 clients", "get-run requests/s on Postgres ($WAYPOINT_BENCH_POSTGRES_URL)",
+            "bench.b9_service", "get_rps", "req/s", "postgres", None),
+        Row("B9 HTTP service, 50 clients", "resume requests/s on Postgres", "bench.b9_service", "resume_rps",
+            "req/s", "postgres", None),
+    ],
     "b6": [
         Row("B6 import", "engine: time", "bench.b6_import", "import_ms", "ms", "engine", "engine"),
         Row("B6 import", "engine: peak RSS", "bench.b6_import", "peak_rss_mb", "MB", "engine", "engine"),
@@ -186,7 +206,7 @@ def compile_bytecode(log) -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    folders = [str(root / d) for d in ("engine", "stores", "middleware", "cmd") if (root / d).is_dir()]
+    folders = [str(root / d) for d in ("engine", "stores", "middleware", "service", "cmd") if (root / d).is_dir()]
     subprocess.run([sys.executable, "-m", "compileall", "-q", *folders], check=True)
     log("compiled Waypoint's bytecode (as an installed package would have it)")
 

@@ -38,7 +38,8 @@ def test_importing_the_engine_stays_light():
         "import sys, json, time; t = time.perf_counter(); import waypoint.engine; "
         "print(json.dumps({'ms': (time.perf_counter() - t) * 1000, "
         "'heavy': sorted(m for m in ('sqlalchemy', 'openai', 'aiosqlite', 'waypoint.stores', "
-        "'waypoint.middleware', 'waypoint.cmd') if m in sys.modules)}))"
+        "'waypoint.middleware', 'waypoint.service', 'waypoint.cmd', 'fastapi', 'starlette', 'uvicorn') "
+        "if m in sys.modules)}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     result = json.loads(out.stdout)
@@ -48,8 +49,19 @@ def test_importing_the_engine_stays_light():
 def test_engine_does_not_import_outer_layers():
     for path in (ROOT / "engine").rglob("*.py"):
         text = path.read_text()
-        for layer in ("waypoint.stores", "waypoint.middleware", "waypoint.cmd"):
+        for layer in ("waypoint.stores", "waypoint.middleware", "waypoint.service", "waypoint.cmd"):
             assert f"import {layer}" not in text and f"from {layer}" not in text, (path, layer)
+
+
+def test_only_the_cli_imports_the_service():
+    """`cmd -> service -> {middleware, stores, engine}`: the service is the outermost layer but the CLI."""
+    for folder in ("engine", "stores", "middleware"):
+        for path in (ROOT / folder).rglob("*.py"):
+            text = path.read_text()
+            assert "waypoint.service" not in text and "fastapi" not in text, path
+    for path in (ROOT / "service").rglob("*.py"):
+        text = path.read_text()
+        assert "waypoint.cmd" not in text and "from .." not in text, path
 
 
 def test_cli_demo_runs(tmp_path):
@@ -90,7 +102,9 @@ def test_pip_install_works_and_installs_no_bare_modules(tmp_path, editable):
     # (the license used to be a TOML table, which setuptools >= 77 warns about).
     assert "deprecat" not in (res.stdout + res.stderr).lower(), res.stderr[-2000:]
     probe = (
-        "import importlib.util, waypoint.engine, waypoint.stores, waypoint.middleware, waypoint.cmd;"
+        "import importlib.util, importlib.resources, waypoint.engine, waypoint.stores, waypoint.middleware, waypoint.cmd;"
+        "import waypoint.service;"
+        "assert 'Approve' in importlib.resources.files('waypoint.service').joinpath('ui', 'app.js').read_text();"
         "from waypoint.engine import Graph, START, END;"
         "g = Graph(name='p'); g.add_node('a', lambda x: x * 2); g.add_edge(START, 'a'); g.add_edge('a', END);"
         "print(g.compile().invoke(21), importlib.util.find_spec('engine') is None,"

@@ -1,0 +1,171 @@
+"""Per-run event logs in memory, and Server-Sent Events out of them.
+
+Every event gets an integer ID from one counter per process that starts at the process's start time in
+microseconds, so IDs increase within a run, across runs, and across a restart of the server. A run's log
+keeps its newest `LOG_SIZE` events. A reader that names the last ID it saw (`Last-Event-ID`) gets what
+followed it if that ID is still in the log; otherwise — a new reader, a server restart, a reader that fell
+behind — it gets a `snapshot` event (the stored run, read now) and then what happens next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import itertools
+import json
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["LogEvent", "EventLog", "Logs", "sse", "stream", "LOG_SIZE", "HEARTBEAT"]
+
+LOG_SIZE = 1000
+"""Events a run's log keeps (tokens included)."""
+HEARTBEAT = 15.0
+"""Seconds between keep-alive comments on an idle stream."""
+
+_ids = itertools.count(time.time_ns() // 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class LogEvent:
+    id: int
+    kind: str
+    data: dict[str, Any]
+
+
+class EventLog:
+    """One run's (or the service's) recent events, and a wake-up for the readers that wait on it."""
+
+    def __init__(self, size: int = LOG_SIZE) -> None:
+        self.size = size
+        self.base = next(_ids)  # what a reader that saw "nothing yet" names
+        self.events: list[LogEvent] = []
+        self.ids: list[int] = []
+        self.dropped = 0  # events trimmed from the front, ever
+        self.readers = 0
+        self.closed = False
+        self._wake = asyncio.Event()
+
+    @property
+    def last_id(self) -> int:
+        return self.ids[-1] if self.ids else self.base
+
+    def append(self, kind: str, data: dict[str, Any]) -> LogEvent:
+        event = LogEvent(next(_ids), kind, data)
+        self.events.append(event)
+        self.ids.append(event.id)
+        if len(self.events) > 2 * self.size:  # trim in batches: appends stay O(1) amortised
+            cut = len(self.events) - self.size
+            del self.events[:cut], self.ids[:cut]
+            self.dropped += cut
+        self._wake.set()
+        self._wake = asyncio.Event()
+        return event
+
+    def close(self) -> None:
+        """Wake every reader for good (the server shuts down)."""
+        self.closed = True
+        self._wake.set()
+
+    def position_after(self, last_id: int | None) -> int | None:
+        """The absolute index of the first event after `last_id`, or None when that ID is not known here."""
+        if last_id is None:
+            return None
+        if last_id == self.base and self.dropped == 0:
+            return 0
+        i = bisect.bisect_left(self.ids, last_id)
+        if i < len(self.ids) and self.ids[i] == last_id:
+            return self.dropped + i + 1
+        return None
+
+    async def follow(self, position: int, heartbeat: float = HEARTBEAT) -> AsyncIterator[LogEvent | int | None]:
+        """Events from absolute index `position` on, as they come; None on an idle `heartbeat`; an int
+        (the next position) when the reader fell behind the log (it must take a snapshot)."""
+        while not self.closed:
+            start = position - self.dropped
+            if start < 0:  # fell behind: the caller takes a snapshot; what comes after it follows
+                position = len(self.events) + self.dropped
+                yield position
+                continue
+            if start < len(self.events):
+                batch = self.events[start:]
+                position += len(batch)
+                for event in batch:
+                    yield event
+                continue
+            wake = self._wake
+            try:
+                await asyncio.wait_for(wake.wait(), heartbeat)
+            except asyncio.TimeoutError:
+                yield None
+
+
+class Logs:
+    """The logs of the runs this process knows of (bounded, least recently used dropped first) and the
+    service-wide log (`hub`: starts, pauses, ends and deletions of every run, for the approval page)."""
+
+    def __init__(self, keep: int = 1000) -> None:
+        self.keep = keep
+        self.runs: OrderedDict[str, EventLog] = OrderedDict()
+        self.hub = EventLog()
+        self.busy: Callable[[str], bool] = lambda cid: False
+
+    def get(self, checkpoint_id: str) -> EventLog:
+        log = self.runs.get(checkpoint_id)
+        if log is None:
+            log = self.runs[checkpoint_id] = EventLog()
+            self._evict()
+        else:
+            self.runs.move_to_end(checkpoint_id)
+        return log
+
+    def _evict(self) -> None:
+        if len(self.runs) <= self.keep:
+            return
+        for cid, log in list(self.runs.items()):
+            if len(self.runs) <= self.keep:
+                break
+            if not log.readers and not self.busy(cid):
+                del self.runs[cid]
+
+    def close(self) -> None:
+        self.hub.close()
+        for log in self.runs.values():
+            log.close()
+
+
+def sse(event: LogEvent | None = None, *, kind: str | None = None, data: Any = None, id: int | None = None,
+        comment: str | None = None) -> bytes:
+    """One Server-Sent Event (or a comment line)."""
+    if comment is not None:
+        return f": {comment}\n\n".encode()
+    if event is not None:
+        kind, data, id = event.kind, event.data, event.id
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    head = f"id: {id}\n" if id is not None else ""
+    return f"{head}event: {kind}\ndata: {text}\n\n".encode()
+
+
+async def stream(log: EventLog, last_id: int | None, snapshot: Callable[[], Awaitable[dict[str, Any]]],
+                 ) -> AsyncIterator[bytes]:
+    """The SSE body of one reader: replay after `last_id`, or a snapshot first; then live events."""
+    log.readers += 1
+    try:
+        yield b"retry: 2000\n\n"
+        position = log.position_after(last_id)
+        if position is None:  # events from here on follow the snapshot (a few may show in it too)
+            position, seen = log.dropped + len(log.events), log.last_id
+            yield sse(kind="snapshot", data=await snapshot(), id=seen)
+        async for item in log.follow(position):
+            if item is None:
+                yield sse(comment="keep-alive")
+            elif isinstance(item, int):
+                seen = log.last_id
+                yield sse(kind="snapshot", data=await snapshot(), id=seen)
+            else:
+                yield sse(item)
+    finally:
+        log.readers -= 1

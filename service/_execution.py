@@ -1,0 +1,229 @@
+"""Runs started or resumed over HTTP, executed in this process as asyncio tasks.
+
+An `Execution` is one start or resume. Its task drives the agent's `Runner` (or the graph's `aevents`) and
+writes what happens to the run's event log: live tokens, messages, tool calls and results, decisions,
+retries, checkpoints, the pause (announced once durably saved) and the end. The HTTP request that caused
+it waits on `claimed`: resolved by the run's first write (a resume's claim, written by compare-and-set
+before any node runs) or by the error that stopped the run before it wrote anything — which is how a
+losing resumer gets the engine's `CheckpointConflict`, never a guess made here.
+
+`expected_version` (a client's "I saw version N") is checked inside that same compare-and-set: the
+execution records through `_Expecting`, a store whose first `put` for the run refuses to claim unless the
+version the engine read, and will compare-and-set on, is N.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from waypoint.engine import CheckpointConflict, GraphInterrupted
+
+from ._events import EventLog, Logs
+from ._targets import Target
+from ._views import message_view, parsed, pending_view, plain
+
+__all__ = ["Executor", "Execution", "Outcome"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an execution began: the version it wrote first, or the error that stopped it before."""
+
+    version: int | None = None
+    error: BaseException | None = None
+
+
+class _Expecting:
+    """The service's store, except that the first write of run `checkpoint_id` must follow `version`."""
+
+    def __init__(self, store: Any, checkpoint_id: str, version: int) -> None:
+        self._store, self._cid, self._version, self._checked = store, checkpoint_id, version, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def put(self, meta: Any, header: Any, parts: Any, blobs: Any, *, expected_version: int | None) -> None:
+        if not self._checked and meta.checkpoint_id == self._cid:
+            self._checked = True
+            if expected_version != self._version:
+                raise CheckpointConflict(f"run '{self._cid}' moved on: it is at version {expected_version}, the "
+                                         f"resume was made for version {self._version}; read it again")
+        await self._store.put(meta, header, parts, blobs, expected_version=expected_version)
+
+
+class Execution:
+    """One start or resume of a run; also the graph callback handler that sees its checkpoints."""
+
+    def __init__(self, checkpoint_id: str, target: Target, log: EventLog, hub: EventLog, how: str) -> None:
+        loop = asyncio.get_running_loop()
+        self.checkpoint_id, self.target, self.log, self.hub, self.how = checkpoint_id, target, log, hub, how
+        self.claimed: asyncio.Future[Outcome] = loop.create_future()
+        self.finished: asyncio.Future[None] = loop.create_future()
+        self.version: int | None = None
+        self.written_at: float | None = None
+        self.task: asyncio.Task | None = None
+        self.on_claim: Any = None
+
+    def on_checkpoint(self, event: Any) -> None:
+        """A version was written (called inside the run, right after the write)."""
+        self.version, self.written_at = event.data, time.time()
+        if not self.claimed.done():
+            self.claimed.set_result(Outcome(version=event.data))
+            if self.on_claim is not None:
+                self.on_claim(self)
+            info = {"checkpoint_id": self.checkpoint_id, "graph": self.target.name, "how": self.how,
+                    "version": event.data}
+            self.log.append("started", info)
+            self.hub.append("started", info)
+        self.log.append("checkpoint", {"version": event.data, "step": event.step})
+
+    def interrupted(self, info: Any) -> None:
+        pending = [pending_view(c, self.version, self.written_at) for c in info.contexts]
+        data = {"checkpoint_id": self.checkpoint_id, "version": self.version, "interrupts": pending}
+        self.log.append("interrupt", data)
+        self.hub.append("interrupt", data)
+
+
+class Executor:
+    """Starts and resumes runs as tasks of this process; `aclose()` cancels them (each is saved, resumable)."""
+
+    def __init__(self, store: Any, logs: Logs) -> None:
+        self.store = store
+        self.logs = logs
+        self.running: dict[str, Execution] = {}
+        self.tasks: set[asyncio.Task] = set()
+        logs.busy = lambda cid: cid in self.running
+
+    def launch(self, target: Target, checkpoint_id: str, how: str, *, input: Any = None, resume: Any = None,
+               takeover: bool = False, force_new_run: bool = False, expected_version: int | None = None) -> Execution:
+        """Begin a start (`how="start"`, with `input`) or a resume (`resume`: None, True or `{id: data}`)."""
+        ex = Execution(checkpoint_id, target, self.logs.get(checkpoint_id), self.logs.hub, how)
+        ex.on_claim = self._claimed
+        store = self.store if expected_version is None else _Expecting(self.store, checkpoint_id, expected_version)
+        if target.runner is not None:
+            events = self._agent_events(ex, store, input, resume, takeover, force_new_run)
+            body = self._drive_agent(ex, events)
+        else:
+            app = target.app if store is self.store else target.app.with_store(store)
+            options: dict[str, Any] = {"checkpoint_id": checkpoint_id, "takeover": takeover}
+            if how == "start":
+                options["force_new_run"] = force_new_run
+            else:
+                options["resume"] = resume
+            body = self._drive_graph(ex, app.aevents(input, callbacks=[ex], streaming=True, **options))
+        ex.task = asyncio.create_task(self._run(ex, body), name=f"waypoint-service:{how}:{checkpoint_id}")
+        self.tasks.add(ex.task)
+        ex.task.add_done_callback(self.tasks.discard)
+        return ex
+
+    def _claimed(self, ex: Execution) -> None:
+        self.running[ex.checkpoint_id] = ex
+
+    def _agent_events(self, ex: Execution, store: Any, input: Any, resume: Any, takeover: bool,
+                      force_new_run: bool) -> AsyncIterator[Any]:
+        base = ex.target.runner
+        runner = copy.copy(base)  # this execution's callbacks (and store), the same agent and compiled graph
+        runner.callbacks = (*base.callbacks, ex)
+        if store is not self.store:
+            runner.store, runner.app = store, base.app.with_store(store)
+        cid = ex.checkpoint_id
+        if ex.how == "start":
+            return runner.run(input, checkpoint_id=cid, force_new_run=force_new_run)
+        if isinstance(resume, dict):
+            return runner.resume_with_params(cid, resume, takeover=takeover)
+        return runner.resume(cid, takeover=takeover)
+
+    async def _run(self, ex: Execution, body: Any) -> None:
+        error: BaseException | None = None
+        try:
+            error = await body
+        except asyncio.CancelledError:
+            error = asyncio.CancelledError()
+            raise
+        finally:
+            await self._finish(ex, error)
+
+    async def _finish(self, ex: Execution, error: BaseException | None) -> None:
+        if self.running.get(ex.checkpoint_id) is ex:
+            del self.running[ex.checkpoint_id]
+        if not ex.claimed.done():  # stopped before it wrote anything: the request gets the error
+            ex.claimed.set_result(Outcome(error=error))
+        elif error is not None and not isinstance(error, asyncio.CancelledError):
+            ex.log.append("error", {"type": type(error).__name__, "message": str(error)})
+        if ex.claimed.result().version is not None:
+            try:
+                found = await self.store.history(ex.checkpoint_id, limit=1)
+            except Exception:  # noqa: BLE001 - the end is still announced
+                found = []
+            data = {"checkpoint_id": ex.checkpoint_id, "status": found[0].status if found else "deleted",
+                    "version": found[0].version if found else None, "error": found[0].error if found else None}
+            ex.log.append("end", data)
+            ex.hub.append("end", data)
+        if not ex.finished.done():
+            ex.finished.set_result(None)
+
+    # --- agents: AgentEvents -> log events ---------------------------------------------------------------
+
+    async def _drive_agent(self, ex: Execution, events: AsyncIterator[Any]) -> BaseException | None:
+        async for event in events:
+            if event.error is not None:
+                return event.error
+            if event.output is not None:
+                await self._output(ex, event.output)
+            elif event.action is not None:
+                self._action(ex, event.action)
+        return None
+
+    async def _output(self, ex: Execution, out: Any) -> None:
+        if out.stream is not None and out.role == "assistant":
+            async for chunk in out.stream:  # live: each token as the model produces it
+                if chunk.content:
+                    ex.log.append("token", {"text": chunk.content})
+        message = await out.get_message()
+        if out.role != "assistant":
+            ex.log.append("tool_result", {"call_id": message.tool_call_id, "name": out.tool_name or message.name,
+                                          "content": message.content})
+            return
+        ex.log.append("message", message_view(message))
+        for call in message.tool_calls:
+            ex.log.append("tool_call", {"call_id": call.id, "name": call.name, "arguments": parsed(call.arguments)})
+
+    def _action(self, ex: Execution, action: Any) -> None:
+        if action.interrupted is not None:
+            ex.interrupted(action.interrupted)
+        elif action.decision is not None:
+            ex.log.append("decision", plain(action.decision))
+        elif action.retry is not None:
+            ex.log.append("retry", plain(action.retry))
+        elif action.rerun is not None:
+            ex.log.append("rerun", plain(action.rerun))
+
+    # --- graphs: engine Events -> log events -------------------------------------------------------------
+
+    async def _drive_graph(self, ex: Execution, events: AsyncIterator[Any]) -> BaseException | None:
+        try:
+            async for event in events:
+                node = "/".join(event.node_path)
+                if event.kind == "chunk":
+                    ex.log.append("chunk", {"node": node, "data": plain(event.data)})
+                elif event.kind in ("start", "end"):
+                    ex.log.append("node", {"node": node, "event": event.kind})
+                elif event.kind == "interrupt" and not event.node_path:
+                    ex.interrupted(event.data)
+        except GraphInterrupted:
+            return None
+        except Exception as err:  # noqa: BLE001 - reported in the log, or to the request
+            return err
+        return None
+
+    async def aclose(self) -> None:
+        """Cancel every run this process executes; the engine saves each as cancelled (resumable)."""
+        tasks = list(self.tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

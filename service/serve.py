@@ -1,0 +1,106 @@
+"""`waypoint serve`: the service on uvicorn, bound to 127.0.0.1 unless told otherwise.
+
+    waypoint serve --db URL --agents module:attr[,module:attr...] [--host 127.0.0.1] [--port 8000]
+
+The token comes from `WAYPOINT_TOKEN` (and `WAYPOINT_READ_TOKEN` for read-only viewers); without one the
+command refuses to start. Runs started or resumed over HTTP execute in this process; stopping it (Ctrl-C,
+SIGTERM) saves each as cancelled at its last finished step, resumable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ._auth import READ_TOKEN_ENV, TOKEN_ENV, Auth, AuthError
+from ._service import create_app
+from ._targets import ServiceError, load_targets, open_store
+
+__all__ = ["main", "serve"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="waypoint serve", description="Serve agents and graphs over HTTP, with an "
+                                "approval page at /ui. The token comes from $WAYPOINT_TOKEN.")
+    p.add_argument("--db", default=os.environ.get("WAYPOINT_DB") or ".waypoint/waypoint.db",
+                   help="a SQLite file, or a URL: sqlite:///path, postgresql+asyncpg://... "
+                        "(default: $WAYPOINT_DB or .waypoint/waypoint.db)")
+    p.add_argument("--agents", required=True, metavar="MODULE:ATTR[,...]",
+                   help="the ChatModelAgents, Runners or graphs to serve (or functions returning one)")
+    p.add_argument("--host", default="127.0.0.1", help="the address to bind (default: %(default)s, this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="the port (0: any free one; default: %(default)s)")
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `waypoint serve ...` until stopped; returns the exit code (2: it could not start)."""
+    args = _parser().parse_args(argv)
+    try:
+        auth = Auth()
+        targets = load_targets(args.agents)
+        if "://" not in args.db and args.db != "memory":
+            Path(args.db).parent.mkdir(parents=True, exist_ok=True)
+        store = open_store(args.db)
+    except (AuthError, ServiceError, ValueError, OSError) as err:
+        print(f"waypoint serve: {err}", file=sys.stderr)
+        return 2
+    if not _is_loopback(args.host):
+        print(f"waypoint serve: binding {args.host}: other machines can reach this service; put it behind TLS "
+              f"(the token travels in every request)", file=sys.stderr)
+    try:
+        asyncio.run(serve(targets, store, host=args.host, port=args.port, auth=auth, log_level=args.log_level,
+                          banner=f"(database {args.db}; token from ${TOKEN_ENV}"
+                                 f"{' and $' + READ_TOKEN_ENV if os.environ.get(READ_TOKEN_ENV) else ''})"))
+    except ServiceError as err:
+        print(f"waypoint serve: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+async def serve(targets: Any, store: Any, *, host: str = "127.0.0.1", port: int = 8000, auth: Any = None,
+                log_level: str = "info", banner: str = "") -> None:
+    """Serve `targets` on `store` with uvicorn until stopped; prints the page's address once listening."""
+    import uvicorn
+
+    app = create_app(targets, store, auth=auth)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
+                            timeout_graceful_shutdown=3)  # event streams never end by themselves
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started and not task.done():
+            await asyncio.sleep(0.02)
+        if server.started:
+            bound = server.servers[0].sockets[0].getsockname()
+            names = ", ".join(app.state.waypoint.targets)
+            print(f"waypoint serve: http://{_url_host(bound[0])}:{bound[1]}/ui serving {names} {banner}".rstrip(),
+                  flush=True)
+        await task
+    finally:
+        await store.close()
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+if __name__ == "__main__":
+    sys.exit(main())

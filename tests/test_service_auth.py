@@ -1,0 +1,133 @@
+"""Auth on every call: 401 without a valid bearer token, 403 for a token without the scope, the page's
+cookie (and its forgery guard), and no token value in a response or a log line."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+pytest.importorskip("fastapi")
+
+from service_support import Served, approval_agent  # noqa: E402
+
+from waypoint.service import Auth, AuthError, create_app  # noqa: E402
+from waypoint.stores import MemoryStore  # noqa: E402
+
+TOKEN = "full-token-0a9b8c7d"
+READER = "reader-token-1f2e3d"
+WRONG = "wrong-token-c0ffee99"
+
+CALLS = [("GET", "/runs", None), ("GET", "/runs/x", None), ("POST", "/runs", {"input": "ls"}),
+         ("POST", "/runs/x/resume", {}), ("DELETE", "/runs/x", None), ("GET", "/runs/x/events", None),
+         ("GET", "/approvals", None), ("GET", "/events", None), ("GET", "/agents", None), ("GET", "/openapi.json", None),
+         ("GET", "/ui/session", None)]
+
+
+@pytest.fixture
+def served():
+    app = create_app(approval_agent([]), MemoryStore(), auth={TOKEN: {"read", "start", "resume", "delete"},
+                                                               READER: {"read"}})
+    with Served(app) as s:
+        yield s
+
+
+@pytest.mark.parametrize("authorization", [None, f"Bearer {WRONG}", f"Basic {TOKEN}", "Bearer", TOKEN])
+def test_every_call_needs_a_valid_bearer_token(served, authorization):
+    headers = {"Authorization": authorization} if authorization is not None else {}
+    with served.client(token=None) as c:
+        for method, path, body in CALLS:
+            r = c.request(method, path, json=body, headers=headers)
+            assert r.status_code == 401, (method, path, r.text)
+            assert r.headers["www-authenticate"] == "Bearer"
+            assert WRONG not in r.text and TOKEN not in r.text
+
+
+def test_a_read_only_token_reads_but_may_not_start_resume_or_delete(served):
+    with served.client(TOKEN) as admin, served.client(READER) as reader:
+        r = admin.post("/runs", json={"input": "uptime", "checkpoint_id": "r1", "wait": True})
+        iid = r.json()["interrupts"][0]["id"]
+        assert reader.get("/runs/r1").status_code == 200
+        assert reader.get("/approvals").json()["approvals"][0]["id"] == iid
+        for method, path, body in [("POST", "/runs/r1/resume", {"answers": [{"action": "approve", "interrupt_id": iid}]}),
+                                   ("POST", "/runs", {"input": "ls"}), ("DELETE", "/runs/r1", None)]:
+            r = reader.request(method, path, json=body)
+            assert r.status_code == 403, (path, r.text)
+            assert "may not" in r.json()["detail"] and READER not in r.text
+        assert reader.get("/runs/r1").json()["status"] == "interrupted"  # nothing happened
+        assert reader.get("/ui/session").json() == {"scopes": ["read"]}
+
+
+def test_a_callable_decides_and_may_be_async(tmp_path):
+    seen = []
+
+    async def decide(token):
+        seen.append(len(token))
+        return {"read"} if token == READER else None
+
+    with Served(create_app(approval_agent([]), MemoryStore(), auth=decide)) as s:
+        with s.client(READER) as c:
+            assert c.get("/runs").status_code == 200
+            assert c.post("/runs", json={"input": "x"}).status_code == 403
+        with s.client(WRONG) as c:
+            assert c.get("/runs").status_code == 401
+    assert seen == [len(READER), len(READER), len(WRONG)]
+
+
+def test_tokens_from_the_environment(monkeypatch):
+    monkeypatch.setenv("WAYPOINT_TOKEN", TOKEN)
+    monkeypatch.setenv("WAYPOINT_READ_TOKEN", READER)
+    with Served(create_app(approval_agent([]), MemoryStore())) as s:
+        with s.client(TOKEN) as c:
+            assert c.post("/runs", json={"input": "x", "wait": True}).status_code == 201
+        with s.client(READER) as c:
+            assert c.get("/runs").status_code == 200 and c.post("/runs", json={"input": "x"}).status_code == 403
+
+
+def test_no_token_configured_refuses_to_build_the_service(monkeypatch):
+    monkeypatch.delenv("WAYPOINT_TOKEN", raising=False)
+    monkeypatch.delenv("WAYPOINT_READ_TOKEN", raising=False)
+    with pytest.raises(AuthError, match="WAYPOINT_TOKEN"):
+        create_app(approval_agent([]), MemoryStore())
+    with pytest.raises(AuthError, match="unknown scope"):
+        Auth({TOKEN: {"read", "admin"}})
+    with pytest.raises(AuthError, match="empty"):
+        Auth("")
+
+
+def test_the_page_logs_in_with_a_cookie_and_writes_need_the_forgery_header(served):
+    with served.client(token=None) as c:
+        assert c.post("/ui/login", json={"token": WRONG}, headers={"X-Requested-With": "waypoint"}).status_code == 401
+        assert c.post("/ui/login", json={"token": TOKEN}).status_code == 403  # no header: a form from elsewhere
+        r = c.post("/ui/login", json={"token": TOKEN}, headers={"X-Requested-With": "waypoint"})
+        assert r.status_code == 200 and TOKEN not in r.text
+        cookie = r.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+        assert c.get("/runs").status_code == 200  # the cookie authenticates reads
+        r = c.post("/runs", json={"input": "ls", "checkpoint_id": "c1"})
+        assert r.status_code == 403 and "x-requested-with" in r.json()["detail"]
+        r = c.post("/runs", json={"input": "ls", "checkpoint_id": "c1"}, headers={"X-Requested-With": "waypoint"})
+        assert r.status_code == 201
+        assert c.post("/ui/logout").status_code == 204
+        assert c.get("/runs").status_code == 401
+
+
+def test_the_page_shells_need_no_token_and_carry_no_data(served):
+    with served.client(token=None) as c:
+        for path in ("/ui", "/ui/runs/anything", "/ui/static/app.js", "/ui/static/style.css"):
+            r = c.get(path)
+            assert r.status_code == 200, path
+            assert "default-src 'self'" in r.headers["content-security-policy"]
+        assert '<base href="/">' in c.get("/ui").text
+        assert c.get("/ui/static/secrets.txt").status_code == 404
+
+
+def test_no_token_value_in_a_log_line(served, caplog):
+    caplog.set_level(logging.DEBUG)
+    with served.client(WRONG) as bad, served.client(TOKEN) as good:
+        bad.get("/runs")
+        bad.post("/runs", json={"input": "x"})
+        good.post("/runs", json={"input": "x", "checkpoint_id": "l1", "wait": True})
+        good.post("/runs/l1/resume", json={"answers": [{"action": "approve", "interrupt_id": "nope"}]})
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert TOKEN not in text and WRONG not in text

@@ -1,0 +1,180 @@
+"""The approval page in a real headless Chromium (Debian's package, driven by Playwright) against
+`waypoint serve` in a child process: a real click approves a real paused run and the tool runs once; a
+rejection carries its reason to the model; the list updates live; a run's page shows its history.
+
+The test is skipped only when Chromium or Playwright cannot be had; with WAYPOINT_REQUIRE_BROWSER=1 (set
+by .ci/run) that is a failure instead.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytest.importorskip("fastapi")
+
+TOKEN = "browser-token-3c4d5e6f"
+PROCS = Path(__file__).resolve().parent / "procs"
+CHROMIUM_FLAGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _chromium() -> str:
+    """The Chromium executable, or skip (fail when WAYPOINT_REQUIRE_BROWSER=1)."""
+    required = os.environ.get("WAYPOINT_REQUIRE_BROWSER") == "1"
+    path = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError as err:
+        path, why = None, f"playwright is not installed ({err})"
+    else:
+        why = "no chromium executable (apt-get install -y chromium)"
+    if path is None:
+        if required:
+            pytest.fail(f"WAYPOINT_REQUIRE_BROWSER=1 but {why}")
+        pytest.skip(why)
+    return path
+
+
+class ServeProcess:
+    """`waypoint serve` on a free port in a child process; its output is collected (for the token check)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tool_log = tmp / "ran.txt"
+        env = {**os.environ, "WAYPOINT_TOKEN": TOKEN, "SERVICE_TOOL_LOG": str(self.tool_log),
+               "PYTHONPATH": os.pathsep.join([str(PROCS), os.environ.get("PYTHONPATH", "")])}
+        env = {k: v for k, v in env.items() if not k.startswith("OPENAI_")}
+        waypoint = str(Path(sys.executable).parent / "waypoint")
+        self.proc = subprocess.Popen([waypoint, "serve", "--db", str(tmp / "runs.db"), "--agents",
+                                      "service_agent:build", "--port", "0"], cwd=tmp, env=env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.output: list[str] = []
+        self.lines: queue.Queue[str] = queue.Queue()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            threading.Thread(target=self._drain, args=(stream,), daemon=True).start()
+        self.url = self._wait_for_banner()
+
+    def _drain(self, stream) -> None:
+        for line in stream:
+            self.output.append(line)
+            self.lines.put(line)
+
+    def _wait_for_banner(self) -> str:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.5)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            if line.startswith("waypoint serve: http://"):
+                return line.split()[2].removesuffix("/ui")
+        self.stop()
+        raise AssertionError("waypoint serve did not start:\n" + "".join(self.output))
+
+    def stop(self) -> str:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        time.sleep(0.1)  # let the drain threads read what is left
+        return "".join(self.output)
+
+    def ran(self) -> list[str]:
+        return self.tool_log.read_text().splitlines() if self.tool_log.exists() else []
+
+
+def _paused(api: httpx.Client, cid: str, command: str) -> dict:
+    r = api.post("/runs", json={"input": f"please run the command {command}", "checkpoint_id": cid, "wait": True})
+    assert r.status_code == 201, r.text
+    assert r.json()["status"] == "interrupted", r.json()
+    return r.json()
+
+
+def _until(api: httpx.Client, cid: str, status: str) -> dict:
+    deadline = time.monotonic() + 20
+    while True:
+        run = api.get(f"/runs/{cid}").json()
+        if run["status"] == status and not run["active"]:
+            return run
+        assert time.monotonic() < deadline, run
+        time.sleep(0.05)
+
+
+def test_the_page_approves_and_rejects_paused_runs_live(tmp_path):
+    chromium = _chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    server = ServeProcess(tmp_path)
+    try:
+        with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as api, \
+                sync_playwright() as pw:
+            first = _paused(api, "deploy-1", "echo deployed")
+            context = pw.chromium.launch_persistent_context(
+                str(tmp_path / "chromium-profile"), executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
+            page = context.new_page()
+            page.set_default_timeout(15_000)
+            page.goto(f"{server.url}/ui")
+            page.fill("#token", TOKEN)  # the login form; the cookie it sets is HttpOnly
+            page.click("#login-form button[type=submit]")
+            card = page.locator(f"li.card[data-interrupt='{first['interrupts'][0]['id']}']")
+            expect(card.locator(".tool")).to_have_text("execute")
+            expect(card.locator("pre.arguments")).to_have_text('{\n  "command": "echo deployed"\n}')
+            expect(page.locator("#live")).to_have_text("live")
+            assert server.ran() == []
+
+            card.locator("button.approve").click()  # the real click
+            expect(card.locator(".outcome")).to_contain_text("approved")
+            done = _until(api, "deploy-1", "completed")
+            assert server.ran() == ["echo deployed"]
+            assert done["decisions"][0]["verb"] == "approved"
+            expect(card).to_have_count(0)  # gone from the list once the run moved on (live, no reload)
+
+            second = _paused(api, "deploy-2", "rm -rf /srv")  # appears without a reload: the page follows /events
+            card = page.locator(f"li.card[data-interrupt='{second['interrupts'][0]['id']}']")
+            expect(card.locator("pre.arguments")).to_contain_text("rm -rf /srv")
+            card.locator("input.reason").fill("not on a Friday")
+            card.locator("button.reject").click()
+            expect(card.locator(".outcome")).to_contain_text("rejected")
+            rejected = _until(api, "deploy-2", "completed")
+            assert server.ran() == ["echo deployed"]  # the rejected call never ran
+            tool_message = next(m for m in rejected["messages"] if m["role"] == "tool")
+            assert tool_message["content"] == "tool 'execute' disapproved: not on a Friday"
+
+            page.goto(f"{server.url}/ui/runs/deploy-1")  # a run's page: its history and its conversation
+            expect(page.locator("#run-id")).to_have_text("deploy-1")
+            expect(page.locator("#history tr")).to_have_count(len(done["history"]))
+            expect(page.locator("#messages")).to_contain_text("ran echo deployed")
+            expect(page.locator("#events li").first).to_contain_text("snapshot: completed")
+            context.close()
+        assert server.ran() == ["echo deployed"]
+    finally:
+        output = server.stop()
+    assert TOKEN not in output, "the token appeared in the server's output"
+    assert "GET /ui" in output  # the output was really collected (uvicorn's access log)
+
+
+def test_serve_refuses_to_start_without_a_token(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("WAYPOINT_TOKEN", "WAYPOINT_READ_TOKEN")}
+    env["PYTHONPATH"] = str(PROCS)
+    waypoint = str(Path(sys.executable).parent / "waypoint")
+    out = subprocess.run([waypoint, "serve", "--db", str(tmp_path / "x.db"), "--agents", "service_agent:build"],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+    assert out.returncode == 2 and "WAYPOINT_TOKEN" in out.stderr
+    out = subprocess.run([waypoint, "serve", "--agents", "no_such_module:agent"], capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path, env={**env, "WAYPOINT_TOKEN": TOKEN})
+    assert out.returncode == 2 and "no_such_module" in out.stderr and TOKEN not in out.stderr
+    assert not (tmp_path / "x.db").exists()

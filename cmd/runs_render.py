@@ -6,9 +6,7 @@ conversion does not know as their (clipped) `repr`, and long text is cut with a 
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-import enum
 import json
 import time
 from collections.abc import Sequence
@@ -16,6 +14,7 @@ from typing import Any
 
 from waypoint.engine import CheckpointMeta
 from waypoint.engine.errors import clip
+from waypoint.engine.jsonable import jsonable
 
 from .console import Console, compact
 from .runs_read import Pending, StoredRun, node_of
@@ -26,28 +25,9 @@ TEXT_LIMIT = 2000
 """Characters of one message or value a page shows (`--json` shows everything)."""
 
 
-def plain(value: Any, depth: int = 0) -> Any:
-    """`value` as JSON data: models and dataclasses as maps, bytes as `<N bytes>`, the rest as repr."""
-    if depth > 40:
-        return "..."
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return f"<{len(value)} bytes>"
-    if isinstance(value, enum.Enum):
-        return plain(value.value, depth + 1)
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    dump = getattr(value, "model_dump", None)  # a pydantic model
-    if callable(dump) and not isinstance(value, type):
-        return plain(dump(), depth + 1)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: plain(getattr(value, f.name, None), depth + 1) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {k if isinstance(k, str) else clip(repr(k), 200): plain(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [plain(v, depth + 1) for v in value]
-    return clip(repr(value), TEXT_LIMIT)
+def plain(value: Any) -> Any:
+    """`value` as JSON data (engine/jsonable.py)."""
+    return jsonable(value, limit=TEXT_LIMIT)
 
 
 def as_json(value: Any, *, indent: int | None = None) -> str:

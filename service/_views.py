@@ -6,42 +6,20 @@ JSON does not know its clipped `repr`. Times are Unix seconds (float).
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
-import enum
 import json
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from waypoint.engine import CheckpointMeta, InterruptCtx, RunSnapshot
-from waypoint.engine.errors import clip
+from waypoint.engine.jsonable import jsonable
 
 __all__ = ["plain", "meta_view", "run_view", "pending_view", "message_view", "parsed"]
 
 
-def plain(value: Any, depth: int = 0) -> Any:
-    """`value` as JSON data."""
-    if depth > 40:
-        return "..."
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return f"<{len(value)} bytes>"
-    if isinstance(value, enum.Enum):
-        return plain(value.value, depth + 1)
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    dump = getattr(value, "model_dump", None)  # a pydantic model
-    if callable(dump) and not isinstance(value, type):
-        return plain(dump(), depth + 1)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: plain(getattr(value, f.name, None), depth + 1) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {k if isinstance(k, str) else clip(repr(k), 200): plain(v, depth + 1) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [plain(v, depth + 1) for v in value]
-    return clip(repr(value), 2000)
+def plain(value: Any) -> Any:
+    """`value` as JSON data (engine/jsonable.py)."""
+    return jsonable(value, limit=2000)
 
 
 def parsed(arguments: str) -> Any:

@@ -271,7 +271,8 @@ class _Session:
                     f"run '{self.source}': no pending interrupt has ID {', '.join(unknown)}; "
                     f"pending: {', '.join(pending) or 'none'}"
                 )
-        if request is None and awaits_answer(pos):
+        stopped_midway = loaded.meta.status != "interrupted" or loaded.meta.error == "cancelled"
+        if request is None and awaits_answer(pos) and not stopped_midway:  # a clean pause needs an answer
             raise UnknownInterrupt(
                 f"run '{self.source}' is paused on interrupts {', '.join(pending)}; say which to resume: "
                 "resume={id: data}, resume=[ids] or resume=True"

@@ -280,3 +280,45 @@ async def test_resume_with_a_list_targets_exactly_those_ids():
         await app.ainvoke(None, checkpoint_id="l", resume=[ids["a"], ids["c"]])
     assert [c.id for c in again.value.info.contexts] == [ids["b"]]
     assert calls == Counter(a=2, b=1, c=2)
+
+
+async def test_a_run_stopped_midway_with_an_unanswered_pause_continues_without_an_answer():
+    """A DAG: `ask` paused while `slow` still ran; the run was cancelled (or crashed). Continuing it runs
+    what can run; the pause stays pending with its ID."""
+    calls = Counter()
+    entered = asyncio.Event()
+
+    def ask(x):
+        calls["ask"] += 1
+        if not get_resume_context()[0]:
+            raise Interrupt("ok?")
+        return {"ask": True}
+
+    async def slow(x):
+        calls["slow"] += 1
+        entered.set()
+        if calls["slow"] == 1:
+            await asyncio.sleep(30)
+        return {"slow": True}
+
+    g = Graph(name="midway")
+    g.add_node("ask", ask)
+    g.add_node("slow", slow)
+    g.add_node("join", lambda d: d)
+    for n in ("ask", "slow"):
+        g.add_edge(START, n)
+        g.add_edge(n, "join")
+    g.add_edge("join", END)
+    store = MemoryStore()
+    app = g.compile(store=store, trigger="all")
+    task = asyncio.ensure_future(app.ainvoke(0, checkpoint_id="m"))
+    await entered.wait()
+    await asyncio.sleep(0.01)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert (await store.history("m"))[0].error == "cancelled"
+    with pytest.raises(GraphInterrupted) as paused:  # slow runs; ask stays paused, same question
+        await app.ainvoke(None, checkpoint_id="m")
+    (ctx,) = paused.value.info.contexts
+    assert calls == Counter(ask=1, slow=2)
+    assert await app.ainvoke(None, checkpoint_id="m", resume={ctx.id: "yes"}) == {"ask": True, "slow": True}

@@ -17,28 +17,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from waypoint.engine import CheckpointMeta, InterruptCtx, InterruptInfo
+from waypoint.engine import CheckpointMeta, InterruptInfo
+from waypoint.middleware.pending import Pending, classify_interrupt
 
 __all__ = ["RunsError", "StoredRun", "Pending", "opened_store", "check_database", "read_run", "read_version"]
 
 
 class RunsError(Exception):
     """Something the user can fix (an unknown ID, a bad option): one line on stderr, exit code 1."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Pending:
-    """One interrupt a run waits on, classified for display and for the answers it takes."""
-
-    id: str
-    address: str
-    kind: str
-    """"approval" (ApprovalMiddleware), "pause" (a static interrupt_before / interrupt_after), "interrupt"."""
-    info: Any
-    tool: str | None = None
-    call_id: str | None = None
-    arguments: str | None = None
-    """An approval's arguments, as the JSON text the model wrote."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,7 +46,7 @@ class StoredRun:
 
     @property
     def pending(self) -> list[Pending]:
-        return [classify(ctx) for ctx in self.interrupts.contexts]
+        return [classify_interrupt(ctx) for ctx in self.interrupts.contexts]
 
     @property
     def is_agent(self) -> bool:
@@ -165,34 +151,3 @@ def _span(versions: list[int]) -> str:
     if versions == list(range(versions[0], versions[-1] + 1)) and len(versions) > 2:
         return f"versions {versions[0]}-{versions[-1]}"
     return "version" + ("s " if len(versions) > 1 else " ") + ", ".join(map(str, versions))
-
-
-def classify(ctx: InterruptCtx) -> Pending:
-    """What kind of pause an interrupt is, with the tool call it belongs to (from its address)."""
-    from waypoint.middleware import ApprovalInfo
-
-    tool, call_id = _tool_of(ctx.address)
-    info = ctx.info
-    if isinstance(info, ApprovalInfo):
-        return Pending(id=ctx.id, address=ctx.address, kind="approval", info=info, tool=info.tool_name,
-                       call_id=call_id, arguments=info.arguments_json)
-    if ctx.address.endswith((";pause:before", ";pause:after")):
-        return Pending(id=ctx.id, address=ctx.address, kind="pause", info=info)
-    return Pending(id=ctx.id, address=ctx.address, kind="interrupt", info=info, tool=tool, call_id=call_id)
-
-
-def _tool_of(address: str) -> tuple[str | None, str | None]:
-    """`(tool, call_id)` from the last `tool:<name>:<call_id>` segment of an address, if any."""
-    for segment in reversed(address.split(";")):
-        if segment.startswith("tool:"):
-            _, name, call_id = (segment.split(":", 2) + [""])[:3]
-            return name or None, call_id or None
-    return None, None
-
-
-def node_of(address: str) -> str | None:
-    """The last `node:<key>` of an address: where a plain graph paused."""
-    for segment in reversed(address.split(";")):
-        if segment.startswith("node:"):
-            return segment[5:]
-    return None

@@ -14,10 +14,10 @@ from typing import Any
 
 from waypoint.engine import CheckpointMeta
 from waypoint.engine.errors import clip
-from waypoint.engine.jsonable import jsonable
+from waypoint.engine.jsonable import jsonable, message_json, output_json, tool_arguments
 
 from .console import Console, compact
-from .runs_read import Pending, StoredRun, node_of
+from .runs_read import Pending, StoredRun
 
 __all__ = ["plain", "clock", "iso", "table", "lease_text", "meta_json", "run_json", "show_run"]
 
@@ -93,7 +93,7 @@ def pending_json(p: Pending) -> dict[str, Any]:
     if p.tool is not None:
         out["tool"], out["call_id"] = p.tool, p.call_id
     if p.arguments is not None:
-        out["arguments"] = _parsed(p.arguments)
+        out["arguments"] = tool_arguments(p.arguments)
     return out
 
 
@@ -103,36 +103,13 @@ def run_json(run: StoredRun) -> dict[str, Any]:
            "newest_version": run.newest, "pending_nodes": list(run.pending_nodes),
            "interrupts": [pending_json(p) for p in run.pending]}
     if run.is_agent:
-        out["messages"] = [_message_json(m) for m in run.state.messages]
+        out["messages"] = [message_json(m) for m in run.state.messages]
         out["decisions"] = plain(run.state.decisions)
         out["iterations"] = run.state.iterations
     else:
         out["state"] = plain(run.state)
-    out["output"] = _message_json(run.output) if _is_message(run.output) else plain(run.output)
+    out["output"] = output_json(run.output, limit=TEXT_LIMIT)
     return out
-
-
-def _message_json(m: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"role": m.role, "content": m.content}
-    if m.tool_calls:
-        out["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": _parsed(c.arguments)} for c in m.tool_calls]
-    if m.tool_call_id is not None:
-        out["tool_call_id"], out["name"] = m.tool_call_id, m.name
-    return out
-
-
-def _parsed(arguments: str) -> Any:
-    """Tool arguments as JSON data when they are JSON (else the text the model wrote)."""
-    try:
-        return json.loads(arguments)
-    except (ValueError, TypeError, RecursionError):
-        return arguments
-
-
-def _is_message(value: Any) -> bool:
-    from waypoint.engine.models import Message
-
-    return isinstance(value, Message)
 
 
 # --- the page of `show` -------------------------------------------------------------------------------------
@@ -209,7 +186,7 @@ def _show_pending(run: StoredRun, console: Console, hint: str) -> None:
         console.line(f"    address   {clip(p.address, 400)}", "dim")
         if p.kind == "approval":
             console.line("    arguments")
-            console.line(_indented(cut(json.dumps(_parsed(p.arguments), ensure_ascii=False, indent=2)), 6))
+            console.line(_indented(cut(json.dumps(tool_arguments(p.arguments), ensure_ascii=False, indent=2)), 6))
         elif p.kind != "pause":
             console.line(f"    info      {cut(as_json(p.info))}")
     steps = _next_steps(run, f"{hint} resume {run.meta.checkpoint_id}" + ("" if run.is_agent else " --graph MODULE:ATTR"))
@@ -243,10 +220,10 @@ def _describe(p: Pending) -> str:
         return f"approval of tool '{p.tool}'{call}"
     if p.kind == "pause":
         info = p.info if isinstance(p.info, dict) else {}
-        return f"static pause {info.get('pause', '?')} node {info.get('node', node_of(p.address))}"
+        return f"static pause {info.get('pause', '?')} node {info.get('node', p.node)}"
     if p.tool is not None:
         return f"interrupt in tool '{p.tool}'{call}"
-    return f"interrupt at node {node_of(p.address) or '?'}"
+    return f"interrupt at node {p.node or '?'}"
 
 
 def _indented(text: str, by: int = 4) -> str:

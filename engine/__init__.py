@@ -28,7 +28,7 @@ from .graph import END, START, Graph
 from .interrupts import CompositeInterrupt, Interrupt, InterruptCtx, InterruptInfo, StatefulInterrupt
 from .merge import register_merge
 from .nodes import Component, Lambda
-from .resume import address_segment, get_interrupt_info, get_interrupt_state, get_resume_context
+from .resume import address_segment, get_interrupt_info, get_interrupt_state, get_resume_context, segment_of
 from .retry import RetryPolicy
 from .store import Checkpoint, CheckpointMeta, CheckPointStore
 from .streams import register_concat
@@ -94,6 +94,7 @@ __all__ = [
     "get_interrupt_info",
     "get_resume_context",
     "address_segment",
+    "segment_of",
     "START",
     "END",
     "Lambda",

@@ -1,7 +1,8 @@
 """`jsonable(value)`: a decoded value as JSON data, for showing a stored run (the CLI, the service).
 
 Pydantic models and dataclasses become maps, enums their values, dates ISO text, bytes `<N bytes>`,
-anything else a clipped `repr` — never raw bytes, never an unbounded string.
+anything else a clipped `repr` — never raw bytes, never an unbounded string. `message_json` shows a chat
+message with its tool calls' arguments as data; `output_json` a run's output, message or not.
 """
 
 from __future__ import annotations
@@ -9,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
+import json
 from typing import Any
 
 from .errors import clip
 
-__all__ = ["jsonable"]
+__all__ = ["jsonable", "message_json", "output_json", "tool_arguments"]
 
 
 def jsonable(value: Any, *, limit: int = 2000, depth: int = 0) -> Any:
@@ -40,3 +42,29 @@ def jsonable(value: Any, *, limit: int = 2000, depth: int = 0) -> Any:
     if isinstance(value, (list, tuple, set, frozenset)):
         return [jsonable(v, limit=limit, depth=depth + 1) for v in value]
     return clip(repr(value), limit)
+
+
+def tool_arguments(text: str) -> Any:
+    """Tool-call arguments as JSON data when they are JSON (else the text the model wrote)."""
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError, RecursionError):
+        return text
+
+
+def message_json(m: Any) -> dict[str, Any]:
+    """A chat message (duck-typed: `role`, `content`, `tool_calls`, `tool_call_id`, `name`) as JSON data."""
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": tool_arguments(c.arguments)}
+                             for c in m.tool_calls]
+    if m.tool_call_id is not None:
+        out["tool_call_id"], out["name"] = m.tool_call_id, m.name
+    return out
+
+
+def output_json(value: Any, *, limit: int = 2000) -> Any:
+    """A run's output: `message_json` for an agent's final message, `jsonable` for anything else."""
+    if hasattr(value, "role") and hasattr(value, "tool_calls") and hasattr(value, "content"):
+        return message_json(value)
+    return jsonable(value, limit=limit)

@@ -24,6 +24,7 @@ from .position import InterruptRecord, RunPosition
 from .scope import _TASK, current_task
 
 __all__ = ["ResumeRequest", "get_interrupt_state", "get_interrupt_info", "get_resume_context", "address_segment",
+           "segment_of",
            "pending_interrupt_ids", "static_pauses", "awaits_answer", "has_static_pause", "interrupt_info"]
 
 
@@ -121,6 +122,19 @@ def address_segment(kind: str, name: str, sub_id: str | None = None) -> Iterator
         yield address
     finally:
         _TASK.reset(token)
+
+
+def segment_of(address: str, kind: str) -> tuple[str, ...] | None:
+    """The parts of the innermost `;<kind>:...` segment of an address (`address_segment`'s inverse), or None.
+
+    `segment_of(ctx.address, "tool")` is `(name, call_id)` for an interrupt raised inside a tool call;
+    `segment_of(ctx.address, "pause")` is `("before",)` or `("after",)` for a static pause.
+    """
+    prefix = kind + ":"
+    for segment in reversed(address.split(";")):
+        if segment.startswith(prefix):
+            return tuple(segment[len(prefix):].split(":"))
+    return None
 
 
 def _scope_or_error(fn: str) -> Any:

@@ -7,6 +7,7 @@ from waypoint.engine import AgentMiddleware
 
 from .approval import ApprovalError, ApprovalInfo, ApprovalMiddleware, ApprovalResult
 from .log import LoggingMiddleware
+from .pending import Pending, classify_interrupt
 from .retry import ModelRetryMiddleware, ToolRetryMiddleware, transient
 from .safe import SafeToolMiddleware
 
@@ -21,4 +22,6 @@ __all__ = [
     "ModelRetryMiddleware",
     "transient",
     "LoggingMiddleware",
+    "Pending",
+    "classify_interrupt",
 ]

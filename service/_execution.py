@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from waypoint.engine import CheckpointConflict, GraphInterrupted
+from waypoint.engine.jsonable import message_json, tool_arguments
 
 from ._events import EventLog, Logs
 from ._targets import Target
-from ._views import message_view, parsed, pending_view, plain
+from ._views import pending_view, plain
 
 __all__ = ["Executor", "Execution", "Outcome"]
 
@@ -189,9 +190,9 @@ class Executor:
             ex.log.append("tool_result", {"call_id": message.tool_call_id, "name": out.tool_name or message.name,
                                           "content": message.content})
             return
-        ex.log.append("message", message_view(message))
+        ex.log.append("message", message_json(message))
         for call in message.tool_calls:
-            ex.log.append("tool_call", {"call_id": call.id, "name": call.name, "arguments": parsed(call.arguments)})
+            ex.log.append("tool_call", {"call_id": call.id, "name": call.name, "arguments": tool_arguments(call.arguments)})
 
     def _action(self, ex: Execution, action: Any) -> None:
         if action.interrupted is not None:

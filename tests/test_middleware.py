@@ -9,9 +9,12 @@ import logging
 from collections import Counter
 
 import pytest
-
 from waypoint.engine import (
+    END,
+    START,
     ChatModelAgent,
+    Graph,
+    GraphInterrupted,
     Interrupt,
     Message,
     ModelError,
@@ -37,6 +40,7 @@ from waypoint.middleware import (
     ModelRetryMiddleware,
     SafeToolMiddleware,
     ToolRetryMiddleware,
+    classify_interrupt,
 )
 from waypoint.stores import MemoryStore
 
@@ -141,6 +145,31 @@ async def test_approving_one_of_several_paused_calls_keeps_the_others_paused():
     assert left.id == ids["b"] and ran == Counter(a=1)
     third = await events_of(runner.resume_with_params("p", {ids["b"]: {"approved": True}}))  # a dict works too
     assert tool_results(third) == ["ran a", "ran b"] and ran == Counter(a=1, b=1)  # a was not run again
+
+
+async def test_a_stored_interrupt_is_classified_as_an_approval_a_static_pause_or_a_nodes_own():
+    runner = approval_runner(("execute", {"command": "ls"}))
+    (ctx,) = pause_of(await events_of(runner.run("go", checkpoint_id="c"))).contexts
+    approval = classify_interrupt(ctx)
+    assert (approval.kind, approval.tool, approval.call_id) == ("approval", "execute", "call_1")
+    assert json.loads(approval.arguments) == {"command": "ls"}
+
+    def ask_first(x: str) -> str:
+        raise Interrupt({"question": "ok?"})
+
+    g = Graph(name="plain")
+    g.add_node("a", lambda x: x)
+    g.add_node("ask", ask_first)
+    g.add_edge(START, "a")
+    g.add_edge("a", "ask")
+    g.add_edge("ask", END)
+    paused = []
+    for options in ({"interrupt_before": ["ask"]}, {}):
+        with pytest.raises(GraphInterrupted) as caught:
+            await g.compile(store=MemoryStore(), **options).ainvoke("x", checkpoint_id="g")
+        paused += [classify_interrupt(c) for c in caught.value.info.contexts]
+    assert [(p.kind, p.node, p.tool) for p in paused] == [("pause", "ask", None), ("interrupt", "ask", None)]
+    assert paused[1].info == {"question": "ok?"}
 
 
 async def test_resume_data_of_the_wrong_kind_is_refused_and_names_the_interrupt():

@@ -17,17 +17,15 @@ a live lease, another graph) is checked first, so it is refused as one line befo
 
 from __future__ import annotations
 
-import importlib
 import io
 import json
-import os
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from waypoint.engine import CompiledGraph, Graph, GraphInterrupted, WaypointError
 from waypoint.engine.errors import clip, describe
+from waypoint.engine.loading import load_object
 
 from . import agents as _agents
 from .console import Console, print_events
@@ -83,32 +81,7 @@ def load_target(spec: str) -> Any:
     """The agent or graph `module:attr` names (a zero-argument callable is called)."""
     from waypoint.engine import ChatModelAgent
 
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise RunsError(f"--graph takes module:attr (e.g. myapp.agents:build_agent), got {spec!r}")
-    if os.getcwd() not in sys.path:  # like `python -m`: modules of the current directory are importable
-        sys.path.insert(0, os.getcwd())
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ModuleNotFoundError as err:
-        raise RunsError(f"--graph {spec}: cannot import {module_name!r} ({err}); is it on PYTHONPATH?") from None
-    except Exception as err:
-        raise RunsError(f"--graph {spec}: importing {module_name!r} failed: {describe(err)}") from None
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise RunsError(f"--graph {spec}: {module_name!r} has no attribute {attr!r}") from None
-    kinds = (ChatModelAgent, Graph, CompiledGraph)
-    if not isinstance(obj, kinds) and callable(obj):
-        try:
-            obj = obj()
-        except Exception as err:
-            raise RunsError(f"--graph {spec}: calling {attr}() failed: {describe(err)}") from None
-    if not isinstance(obj, kinds):
-        raise RunsError(f"--graph {spec} is a {type(obj).__name__}, not a ChatModelAgent, Graph or CompiledGraph "
-                        "(or a function returning one)")
-    return obj
+    return load_object(spec, option="--graph", kinds=(ChatModelAgent, Graph, CompiledGraph), error=RunsError)
 
 
 def _find_agent(run: StoredRun) -> Any:

@@ -14,47 +14,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from waypoint.engine.loading import load_object
+
 
 def open_store(db: str, pool: int) -> Any:
     """`--db`: a SQLAlchemy URL (Postgres: `pool` connections per event loop, no overflow) or a SQLite path."""
-    if "://" not in db:
-        from waypoint.stores import SQLiteStore
+    from waypoint.stores import open_store
 
-        return SQLiteStore(db)
-    from waypoint.stores import SQLStore
-
-    options = {"pool_size": pool, "max_overflow": 0} if db.startswith("postgresql") else {}
-    return SQLStore(db, **options)
+    return open_store(db, **({"pool_size": pool, "max_overflow": 0} if db.startswith("postgresql") else {}))
 
 
 def load_graph(spec: str, store: Any) -> Any:
     """`module:attribute` → a graph compiled on `store`."""
-    from waypoint.engine import CompiledGraph
+    from waypoint.engine import ChatModelAgent, CompiledGraph, Graph
 
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise ValueError(f"--graphs entry {spec!r} must look like module:attribute")
-    try:
-        target = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(f"--graphs entry {spec!r}: {err}") from None
-    for _ in range(2):  # a factory's result is looked at once more
-        if isinstance(target, CompiledGraph):
-            return target
-        if hasattr(target, "compile"):
-            return target.compile(store=store)
-        if callable(target):
-            target = target(store)
-            continue
-        break
-    raise ValueError(f"--graphs entry {spec!r} is a {type(target).__name__}, not a Graph, an agent, a compiled graph "
-                     "or a function of the store returning one")
+    target = load_object(spec, option="--graphs", kinds=(ChatModelAgent, Graph, CompiledGraph), error=ValueError,
+                         args=(store,))
+    return target if isinstance(target, CompiledGraph) else target.compile(store=store)
 
 
 async def serve(args: argparse.Namespace) -> int:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import sys
 import functools
 import os
 import re
+import sys
 import threading
 from collections.abc import Callable
 from datetime import date, datetime, time, timedelta, timezone

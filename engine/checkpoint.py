@@ -34,7 +34,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
-from .errors import CheckpointCorrupted, WaypointError, describe
 from .checkpoint_content import (
     join_state,
     position_from_plain,
@@ -42,6 +41,7 @@ from .checkpoint_content import (
     register_engine_types,
     split_state,
 )
+from .errors import CheckpointCorrupted, WaypointError, describe
 from .position import RunPosition
 from .store import (
     MAX_CHAIN,

@@ -24,6 +24,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from .base import END, START
+from .checkpoint import Checkpointer, Loaded
+from .checkpoint_content import describe_difference
 from .errors import (
     CheckpointConflict,
     CheckpointError,
@@ -34,9 +37,6 @@ from .errors import (
     UnknownInterrupt,
     WaypointError,
 )
-from .base import END, START
-from .checkpoint import Checkpointer, Loaded
-from .checkpoint_content import describe_difference
 from .events import Emitter, Event
 from .lease import LeaseKeeper
 from .resume import ResumeRequest, awaits_answer, interrupt_info, pending_interrupt_ids

@@ -18,9 +18,9 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from .base import END, START
 from .errors import GraphRunError, MaxStepsExceeded, NodeError, WaypointError
 from .events import Emitter, Event
-from .base import END, START
 from .interrupts import Interrupt
 from .merge import merge_values
 from .node_calls import cancel_all, in_daemon_thread, maybe_await, raised_for, take_key
@@ -29,7 +29,6 @@ from .resume import has_static_pause, resumed_records
 from .scope import _TASK, TaskScope, current_task
 from .shape import CNode, GraphShape
 from .streams import Chunks, to_chunks, to_value
-
 
 __all__ = ["Run", "RunInterrupted", "current_task"]
 

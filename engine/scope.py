@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 

@@ -39,12 +39,12 @@ import msgpack
 from ._serde_types import (
     BUILTIN_BUILDERS,
     BUILTIN_ENCODERS,
-    builtin_encoder,
     M_REGISTERED,
     ExtCode,
     Marker,
     TypeRegistry,
     Unencodable,
+    builtin_encoder,
     check_hashes,
     ext_hook,
     locate,

@@ -8,9 +8,11 @@ Needs the `service` extra (`pip install 'waypoint-graph[service]'`: FastAPI, uvi
 describes the endpoints, the events, auth and the page.
 """
 
+from waypoint.stores import open_store
+
 from ._auth import Auth, AuthError
 from ._service import Service, create_app, create_router
-from ._targets import ServiceError, load_targets, open_store
+from ._targets import ServiceError, load_targets
 
 __all__ = ["create_app", "create_router", "Service", "Auth", "AuthError", "ServiceError", "load_targets",
            "open_store"]

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import TypeAdapter, ValidationError
-
 from waypoint.engine import WaypointError
 
 from ._events import stream

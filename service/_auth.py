@@ -21,7 +21,6 @@ from typing import Any, Union
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-
 from waypoint.engine import WaypointError
 
 __all__ = ["Auth", "AuthError", "SCOPES", "COOKIE", "CSRF_HEADER", "TOKEN_ENV", "READ_TOKEN_ENV"]

@@ -14,7 +14,6 @@ from typing import Any
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
-
 from waypoint.engine import (
     CheckpointConflict,
     CheckpointError,

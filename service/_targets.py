@@ -7,17 +7,13 @@ A stored run is matched to the agent or graph that wrote it by the fingerprint o
 from __future__ import annotations
 
 import copy
-import importlib
-import os
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from waypoint.engine import CompiledGraph, Graph, WaypointError
-from waypoint.engine.errors import describe
 
-__all__ = ["ServiceError", "Target", "prepare_targets", "load_targets", "open_store"]
+__all__ = ["ServiceError", "Target", "prepare_targets", "load_targets"]
 
 
 class ServiceError(WaypointError):
@@ -94,47 +90,8 @@ def prepare_targets(runners_or_graphs: Any, store: Any) -> dict[str, Target]:
 
 def load_targets(spec: str) -> list[Any]:
     """The agents and graphs `module:attr[,module:attr...]` names (a zero-argument callable is called)."""
+    from waypoint.engine.loading import load_object
     from waypoint.engine import ChatModelAgent, Runner
 
     kinds = (ChatModelAgent, Runner, Graph, CompiledGraph)
-    if os.getcwd() not in sys.path:  # like `python -m`: modules of the current directory are importable
-        sys.path.insert(0, os.getcwd())
-    found = []
-    for item in (s.strip() for s in spec.split(",")):
-        module_name, sep, attr = item.partition(":")
-        if not sep or not module_name or not attr:
-            raise ServiceError(f"--agents takes module:attr[,module:attr...] (e.g. myapp.agents:ops), got {item!r}")
-        try:
-            obj: Any = importlib.import_module(module_name)
-        except Exception as err:
-            raise ServiceError(f"--agents {item}: importing {module_name!r} failed: {describe(err)}") from None
-        for part in attr.split("."):
-            if not hasattr(obj, part):
-                raise ServiceError(f"--agents {item}: {module_name!r} has no attribute {attr!r}")
-            obj = getattr(obj, part)
-        if not isinstance(obj, kinds) and callable(obj):
-            try:
-                obj = obj()
-            except Exception as err:
-                raise ServiceError(f"--agents {item}: calling {attr}() failed: {describe(err)}") from None
-        if not isinstance(obj, kinds):
-            raise ServiceError(f"--agents {item} is a {type(obj).__name__}, not a ChatModelAgent, Runner, Graph or "
-                               "CompiledGraph (or a function returning one)")
-        found.append(obj)
-    return found
-
-
-def open_store(db: str) -> Any:
-    """A store for `--db`: a file path or `sqlite:///path` (SQLiteStore), `memory` (MemoryStore, gone at
-    exit), or an SQLAlchemy URL such as `postgresql+asyncpg://...` (SQLStore)."""
-    from waypoint.stores import MemoryStore, SQLiteStore, SQLStore
-
-    if db == "memory":
-        return MemoryStore()
-    if db.startswith("sqlite:///"):
-        return SQLiteStore(db.removeprefix("sqlite:///"))
-    if "://" in db:
-        return SQLStore(db)
-    if os.path.isdir(db):
-        raise ServiceError(f"--db {db!r} is a directory; give the database file (it is created if missing)")
-    return SQLiteStore(db)
+    return [load_object(item.strip(), option="--agents", kinds=kinds, error=ServiceError) for item in spec.split(",")]

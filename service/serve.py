@@ -18,9 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from waypoint.stores import open_store
+
 from ._auth import READ_TOKEN_ENV, TOKEN_ENV, Auth, AuthError
 from ._service import create_app
-from ._targets import ServiceError, load_targets, open_store
+from ._targets import ServiceError, load_targets
 
 __all__ = ["main", "serve"]
 

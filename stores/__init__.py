@@ -1,5 +1,5 @@
-"""Checkpoint stores — `MemoryStore`, `SQLiteStore(path)`, `SQLStore(url)` (SQLAlchemy: Postgres, SQLite) —
-and the run queue: `RunQueue` (submit / resume / status / wait) and the `Worker` that runs queued work.
+"""Checkpoint stores — `MemoryStore`, `SQLiteStore(path)`, `SQLStore(url)` (SQLAlchemy: Postgres, SQLite),
+`open_store(db)` for any of them by a path or URL — and the run queue: `RunQueue` (submit / resume / status / wait) and the `Worker` that runs queued work.
 
 `import waypoint.stores` imports no database driver (SQLAlchemy loads when an `SQLStore` is created),
 and the queue's modules load when one of their names is first used: a process that only resumes a run
@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .memory import MemoryStore
+from .open import open_store
 from .sqlite import SQLiteStore
 
 if TYPE_CHECKING:
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from .sql import SQLStore
     from .worker import Worker
 
-__all__ = ["MemoryStore", "SQLiteStore", "SQLStore", "RunQueue", "WorkStatus", "Worker", "QueueError",
+__all__ = ["MemoryStore", "SQLiteStore", "SQLStore", "open_store", "RunQueue", "WorkStatus", "Worker", "QueueError",
            "QueueTimeout"]
 
 _LAZY = {"SQLStore": "sql", "RunQueue": "queue", "WorkStatus": "queue", "QueueError": "queue",

@@ -352,3 +352,22 @@ async def test_postgres_a_put_racing_a_delete_never_brings_the_run_back(pg_url):
         assert await writer.history(cid) == [], f"{cid} came back after its delete"
     await writer.close()
     await deleter.close()
+
+
+async def test_open_store_picks_the_store_a_db_value_names(tmp_path):
+    from waypoint.stores import open_store
+
+    assert isinstance(open_store("memory"), MemoryStore)
+    for db in (tmp_path / "a.db", f"sqlite:///{tmp_path / 'b.db'}"):
+        store = open_store(db)
+        assert isinstance(store, SQLiteStore)
+        await store.put(meta(), b"h", {"run": "h-a"}, [blob("a")], expected_version=None)
+        assert (await store.get("run-1")).header == b"h"
+        await store.close()
+    assert (tmp_path / "a.db").is_file() and (tmp_path / "b.db").is_file()
+    url = f"sqlite+aiosqlite:///{tmp_path / 'c.db'}"
+    store = open_store(url)
+    assert isinstance(store, SQLStore)
+    await store.close()
+    with pytest.raises(IsADirectoryError, match="is a directory; give the database file"):
+        open_store(tmp_path)

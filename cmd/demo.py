@@ -11,7 +11,6 @@ are the two processes the tour starts.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .console import Console, print_events
+from .tour import history_table, process_main
 
 __all__ = ["run_demo", "build_agent", "AGENT_NAME"]
 
@@ -69,7 +69,7 @@ def run_demo(db: str | Path | None = None, *, triage: bool = False) -> int:
         return _failed(console, step)
     console.line()
     console.line("3) the run's history, newest first (every version is a stored checkpoint)", "bold")
-    console.line(asyncio.run(_history(db, checkpoint_id)))
+    console.line(asyncio.run(history_table(db, checkpoint_id, _meaning)))
     console.line("\n4) the agent is a graph (Mermaid):", "bold")
     console.line(build_agent().to_mermaid().rstrip(), "dim")
     console.line(f"\nsee it again: waypoint runs show {checkpoint_id} --db {db}", "dim")
@@ -97,22 +97,6 @@ def _child(console: Console, action: str, db: Path, checkpoint_id: str, arg: str
 def _failed(console: Console, step: subprocess.CompletedProcess) -> int:
     console.note(f"the demo failed (exit {step.returncode}):\n{step.stdout}\n{step.stderr}", "red")
     return 1
-
-
-async def _history(db: Path, checkpoint_id: str) -> str:
-    from waypoint.stores import SQLiteStore
-
-    store = SQLiteStore(db)
-    try:
-        history = await store.history(checkpoint_id)
-    finally:
-        await store.close()
-    lines = ["   version  status       step  written   what it is"]
-    for i, meta in enumerate(history):
-        older = history[i + 1] if i + 1 < len(history) else None
-        written = time.strftime("%H:%M:%S", time.localtime(meta.updated_at))
-        lines.append(f"   {meta.version:>7}  {meta.status:<11}  {meta.step:>4}  {written}  {_meaning(meta, older)}")
-    return "\n".join(lines)
 
 
 def _meaning(meta: Any, older: Any) -> str:
@@ -178,14 +162,7 @@ def _color() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m waypoint.cmd.demo")
-    parser.add_argument("action", choices=["start", "approve"])
-    parser.add_argument("db", type=Path)
-    parser.add_argument("checkpoint_id")
-    parser.add_argument("arg")
-    args = parser.parse_args(argv)
-    step = _start if args.action == "start" else _approve
-    return asyncio.run(step(args.db, args.checkpoint_id, args.arg))
+    return process_main("python -m waypoint.cmd.demo", {"start": _start, "approve": _approve}, argv)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,14 @@ The tour runs three processes on one SQLite file under ./.waypoint/:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from .tour import history_table, process_main
 
 DEFAULT_DB = Path(".waypoint") / "triage-demo.db"
 
@@ -37,7 +38,7 @@ def run_triage_demo(db: Path = DEFAULT_DB) -> int:
         return _fail(step)
     print(step.stdout.rstrip() + "\n")
     print("3) the run's history, newest first:")
-    print(_history(db, checkpoint_id))
+    print(asyncio.run(history_table(db, checkpoint_id, _meaning)))
     return 0
 
 
@@ -55,25 +56,6 @@ def _child(action: str, db: Path, checkpoint_id: str, arg: str) -> subprocess.Co
 def _fail(step: subprocess.CompletedProcess) -> int:
     print(f"the demo failed (exit {step.returncode}):\n{step.stdout}\n{step.stderr}", file=sys.stderr)
     return 1
-
-
-def _history(db: Path, checkpoint_id: str) -> str:
-    from waypoint.stores import SQLiteStore
-
-    async def read() -> list:
-        store = SQLiteStore(db)
-        try:
-            return await store.history(checkpoint_id)
-        finally:
-            await store.close()
-
-    history = asyncio.run(read())
-    lines = ["   version  status       step  written   what it is"]
-    for i, meta in enumerate(history):
-        older = history[i + 1] if i + 1 < len(history) else None
-        written = time.strftime("%H:%M:%S", time.localtime(meta.updated_at))
-        lines.append(f"   {meta.version:>7}  {meta.status:<11}  {meta.step:>4}  {written}  {_meaning(meta, older)}")
-    return "\n".join(lines)
 
 
 def _meaning(meta, older) -> str:
@@ -125,14 +107,7 @@ async def _resume(db: Path, checkpoint_id: str, answers: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m waypoint.cmd.triage_demo")
-    parser.add_argument("action", choices=["start", "resume"])
-    parser.add_argument("db", type=Path)
-    parser.add_argument("checkpoint_id")
-    parser.add_argument("arg")
-    args = parser.parse_args(argv)
-    step = _start if args.action == "start" else _resume
-    return asyncio.run(step(args.db, args.checkpoint_id, args.arg))
+    return process_main("python -m waypoint.cmd.triage_demo", {"start": _start, "resume": _resume}, argv)
 
 
 if __name__ == "__main__":

@@ -114,7 +114,7 @@ class CompiledGraph:
         """Run the graph on `input` (or resume it) and return what reaches END.
 
         Options: `checkpoint_id`, `resume` ({id: data} | [ids] | True), `force_new_run`, `write_to`,
-        `version`, `takeover`, `max_steps` (docs/resume.md). Raises `NodeError` when a node fails,
+        `version`, `takeover`, `expected_version`, `max_steps`, `migrate` (docs/resume.md). Raises `NodeError` when a node fails,
         `GraphInterrupted` when the run pauses, `MaxStepsExceeded`, `GraphRunError`, and the
         checkpoint errors of `WaypointError`'s tree when the stored run does not allow it.
         """

@@ -56,6 +56,9 @@ class RunOptions:
     write_to: str | None = None
     version: int | None = None
     takeover: bool = False
+    expected_version: int | None = None
+    """The version the caller read: the run is claimed only while that is still its newest version
+    (checked by the claim's compare-and-set); otherwise `CheckpointConflict`, and nothing runs."""
     max_steps: int | None = None
     migrate: Any = None
     """Called as `migrate(position, old_structure)` when the stored run was written by a different
@@ -94,7 +97,8 @@ def _refuse_without_store(graph: GraphShape, opts: RunOptions, request: ResumeRe
             f"graph '{graph.name}': checkpoint_id={opts.checkpoint_id!r} was given but the graph was "
             "compiled without a store; compile(store=MemoryStore() or SQLiteStore(path))"
         )
-    for name, value in (("resume", request), ("write_to", opts.write_to), ("version", opts.version)):
+    for name, value in (("resume", request), ("write_to", opts.write_to), ("version", opts.version),
+                        ("expected_version", opts.expected_version)):
         if value is not None:
             raise WaypointError(f"graph '{graph.name}': {name}= needs a store and a checkpoint_id")
     if opts.takeover or opts.force_new_run:
@@ -141,6 +145,7 @@ class _Session:
         opts = self.opts
         loaded = await self._load_source()
         head = await self._target_head(loaded)
+        self._check_expected(head)
         if head is not None:
             self._check_lease(head)
         if loaded is None or (loaded.meta.status == "completed" and opts.version is None and not request):
@@ -213,6 +218,14 @@ class _Session:
                 "fork to another ID, or pass force_new_run=True to write the fork on top of it"
             )
         return newest if newest is not None else (loaded.meta if loaded else None)
+
+    def _check_expected(self, head: Any) -> None:
+        expected = self.opts.expected_version
+        if expected is None or (head is not None and head.version == expected):
+            return  # the claim compare-and-sets on head.version: a write since then still loses there
+        now = f"it is at version {head.version}" if head is not None else "it does not exist"
+        raise CheckpointConflict(f"run '{self.target}' moved on: {now}, and this call was made for version "
+                                 f"{expected}; read the run again and decide on what it holds now")
 
     def _check_lease(self, head: Any) -> None:
         if head.status != "running" or self.opts.takeover:

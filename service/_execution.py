@@ -7,21 +7,19 @@ it waits on `claimed`: resolved by the run's first write (a resume's claim, writ
 before any node runs) or by the error that stopped the run before it wrote anything — which is how a
 losing resumer gets the engine's `CheckpointConflict`, never a guess made here.
 
-`expected_version` (a client's "I saw version N") is checked inside that same compare-and-set: the
-execution records through `_Expecting`, a store whose first `put` for the run refuses to claim unless the
-version the engine read, and will compare-and-set on, is N.
+`expected_version` (a client's "I saw version N") goes to the engine, which claims the run only while N is
+its newest version — inside that same compare-and-set (docs/resume.md).
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from waypoint.engine import CheckpointConflict, GraphInterrupted
+from waypoint.engine import GraphInterrupted
 from waypoint.engine.jsonable import message_json, tool_arguments
 
 from ._events import EventLog, Logs
@@ -37,24 +35,6 @@ class Outcome:
 
     version: int | None = None
     error: BaseException | None = None
-
-
-class _Expecting:
-    """The service's store, except that the first write of run `checkpoint_id` must follow `version`."""
-
-    def __init__(self, store: Any, checkpoint_id: str, version: int) -> None:
-        self._store, self._cid, self._version, self._checked = store, checkpoint_id, version, False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._store, name)
-
-    async def put(self, meta: Any, header: Any, parts: Any, blobs: Any, *, expected_version: int | None) -> None:
-        if not self._checked and meta.checkpoint_id == self._cid:
-            self._checked = True
-            if expected_version != self._version:
-                raise CheckpointConflict(f"run '{self._cid}' moved on: it is at version {expected_version}, the "
-                                         f"resume was made for version {self._version}; read it again")
-        await self._store.put(meta, header, parts, blobs, expected_version=expected_version)
 
 
 class Execution:
@@ -105,18 +85,16 @@ class Executor:
         """Begin a start (`how="start"`, with `input`) or a resume (`resume`: None, True or `{id: data}`)."""
         ex = Execution(checkpoint_id, target, self.logs.get(checkpoint_id), self.logs.hub, how)
         ex.on_claim = self._claimed
-        store = self.store if expected_version is None else _Expecting(self.store, checkpoint_id, expected_version)
         if target.runner is not None:
-            events = self._agent_events(ex, store, input, resume, takeover, force_new_run)
+            events = self._agent_events(ex, input, resume, takeover, force_new_run, expected_version)
             body = self._drive_agent(ex, events)
         else:
-            app = target.app if store is self.store else target.app.with_store(store)
             options: dict[str, Any] = {"checkpoint_id": checkpoint_id, "takeover": takeover}
             if how == "start":
                 options["force_new_run"] = force_new_run
             else:
-                options["resume"] = resume
-            body = self._drive_graph(ex, app.aevents(input, callbacks=[ex], streaming=True, **options))
+                options.update(resume=resume, expected_version=expected_version)
+            body = self._drive_graph(ex, target.app.aevents(input, callbacks=[ex], streaming=True, **options))
         ex.task = asyncio.create_task(self._run(ex, body), name=f"waypoint-service:{how}:{checkpoint_id}")
         self.tasks.add(ex.task)
         ex.task.add_done_callback(self.tasks.discard)
@@ -125,19 +103,15 @@ class Executor:
     def _claimed(self, ex: Execution) -> None:
         self.running[ex.checkpoint_id] = ex
 
-    def _agent_events(self, ex: Execution, store: Any, input: Any, resume: Any, takeover: bool,
-                      force_new_run: bool) -> AsyncIterator[Any]:
-        base = ex.target.runner
-        runner = copy.copy(base)  # this execution's callbacks (and store), the same agent and compiled graph
-        runner.callbacks = (*base.callbacks, ex)
-        if store is not self.store:
-            runner.store, runner.app = store, base.app.with_store(store)
-        cid = ex.checkpoint_id
+    def _agent_events(self, ex: Execution, input: Any, resume: Any, takeover: bool, force_new_run: bool,
+                      expected_version: int | None) -> AsyncIterator[Any]:
+        runner, cid = ex.target.runner, ex.checkpoint_id
         if ex.how == "start":
-            return runner.run(input, checkpoint_id=cid, force_new_run=force_new_run)
+            return runner.run(input, checkpoint_id=cid, force_new_run=force_new_run, callbacks=[ex])
+        options = {"takeover": takeover, "expected_version": expected_version, "callbacks": [ex]}
         if isinstance(resume, dict):
-            return runner.resume_with_params(cid, resume, takeover=takeover)
-        return runner.resume(cid, takeover=takeover)
+            return runner.resume_with_params(cid, resume, **options)
+        return runner.resume(cid, **options)
 
     async def _run(self, ex: Execution, body: Any) -> None:
         error: BaseException | None = None

@@ -6,7 +6,6 @@ A stored run is matched to the agent or graph that wrote it by the fingerprint o
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,10 +41,7 @@ def _target(name: str | None, obj: Any, store: Any) -> Target:
     from waypoint.engine import ChatModelAgent, Runner
 
     if isinstance(obj, Runner):
-        runner = obj
-        if runner.store is not store:  # the same agent and compile options, recording to the service's store
-            runner = copy.copy(obj)
-            runner.store, runner.app = store, obj.app.with_store(store)
+        runner = obj if obj.store is store else obj.with_store(store)
         agent = runner.agent
         return Target(name=name or agent.name, kind="agent", app=runner.app, runner=runner,
                       description=agent.description)

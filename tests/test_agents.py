@@ -476,3 +476,24 @@ async def test_leaving_an_agent_runs_events_early_cancels_the_run_and_saves_it()
     await events.aclose()
     meta = (await store.history("x"))[0]
     assert (meta.status, meta.error) == ("interrupted", "cancelled")
+
+
+async def test_a_runner_moved_to_another_store_records_there_with_its_callbacks_and_per_call_ones():
+    class Seen:
+        def __init__(self) -> None:
+            self.nodes: list[str] = []
+
+        def on_end(self, event) -> None:
+            self.nodes.append(event.node_path[-1])
+
+    kept, extra = Seen(), Seen()
+    agent = ChatModelAgent(name="echo", model=ScriptedChatModel(["one", "two"]))
+    first, second = MemoryStore(), MemoryStore()
+    runner = Runner(agent, store=first, callbacks=[kept], durability="step")
+    moved = runner.with_store(second)
+    assert moved.store is second and runner.store is first and moved.app.store is second
+    assert outputs(await collect(moved.run("hi", checkpoint_id="c", callbacks=[extra]))) == [("assistant", None, "one")]
+    assert await first.get("c") is None and (await second.get("c")).meta.status == "completed"
+    assert kept.nodes == extra.nodes == ["prompt", "model"]
+    await collect(runner.run("again", checkpoint_id="c"))  # the per-call handler was for that run only
+    assert kept.nodes == ["prompt", "model"] * 2 and extra.nodes == ["prompt", "model"]

@@ -23,6 +23,7 @@ from waypoint.engine import (
     Interrupt,
     StatefulInterrupt,
     UnknownInterrupt,
+    WaypointError,
     get_interrupt_state,
     get_resume_context,
 )
@@ -242,6 +243,27 @@ async def test_concurrent_resumes_in_one_process_exactly_one_wins(tmp_path):
     assert any(isinstance(r, CheckpointConflict) for r in losers)
     assert all(isinstance(r, CheckpointConflict) or "has completed" in str(r) for r in losers), losers
     assert calls["legal"] == 2 and calls["security"] == 2
+
+
+async def test_an_answer_made_for_an_older_version_is_refused_and_runs_nothing():
+    calls: Counter = Counter()
+    app = parallel_approvals(MemoryStore(), "any", calls)
+    with pytest.raises(GraphInterrupted) as info:
+        await app.ainvoke("doc", checkpoint_id="v")
+    seen = (await app.get_run("v")).meta.version
+    legal, security = sorted(info.value.info.contexts, key=lambda c: c.info["approve"])
+    with pytest.raises(GraphInterrupted):  # someone else answers legal first: the run moves on
+        await app.ainvoke(None, checkpoint_id="v", resume={legal.id: "ok"}, expected_version=seen)
+    moved = (await app.get_run("v")).meta.version
+    assert moved > seen
+    before = dict(calls)
+    with pytest.raises(CheckpointConflict, match=f"moved on: it is at version {moved}.*made for version {seen}"):
+        await app.ainvoke(None, checkpoint_id="v", resume={security.id: "ok"}, expected_version=seen)
+    assert dict(calls) == before and (await app.get_run("v")).meta.version == moved  # nothing ran or was written
+    out = await app.ainvoke(None, checkpoint_id="v", resume={security.id: "ok"}, expected_version=moved)
+    assert out["security"] == "doc:ok"
+    with pytest.raises(WaypointError, match="expected_version= needs a store"):
+        await parallel_approvals(None, "any", calls).ainvoke("doc", expected_version=1)
 
 
 async def test_cancelling_a_run_leaves_a_resumable_checkpoint(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -134,12 +135,19 @@ class Runner:
 
     # --- async iterators ----------------------------------------------------------------------------
 
+    def with_store(self, store: Any) -> Runner:
+        """The same agent, streaming, callbacks and compile options, recording to `store`."""
+        other = copy.copy(self)
+        other.store, other.app = store, self.app.with_store(store)
+        return other
+
     async def run(self, messages: str | Message | Sequence[Message], *, checkpoint_id: str | None = None,
-                  force_new_run: bool = False) -> AsyncIterator[AgentEvent]:
+                  force_new_run: bool = False, callbacks: Sequence[Any] = ()) -> AsyncIterator[AgentEvent]:
         """Run the agent on a new message (or messages). On a `checkpoint_id` whose run completed, the
         conversation continues: the new run starts from the messages the last one ended with. A run that
         is paused or failed refuses new input (`CheckpointExists`) unless `force_new_run=True`, which
-        abandons its unfinished turn and goes on from the conversation as it was stored."""
+        abandons its unfinished turn and goes on from the conversation as it was stored. `callbacks` are
+        added to the Runner's for this run."""
         history: list[Message] = []
         if checkpoint_id is not None and self.store is not None:
             last = await self.app.get_run(checkpoint_id)
@@ -147,26 +155,31 @@ class Runner:
             if usable:
                 history = list(last.state.messages)
         options = {"checkpoint_id": checkpoint_id, "force_new_run": force_new_run}
-        async with contextlib.aclosing(self._events([*history, *as_messages(messages)], options)) as events:
+        async with contextlib.aclosing(self._events([*history, *as_messages(messages)], options, callbacks)) as events:
             async for event in events:  # closing this iterator (or cancelling its consumer) cancels the run
                 yield event
 
-    async def resume(self, checkpoint_id: str, *, takeover: bool = False) -> AsyncIterator[AgentEvent]:
+    async def resume(self, checkpoint_id: str, *, takeover: bool = False, expected_version: int | None = None,
+                     callbacks: Sequence[Any] = ()) -> AsyncIterator[AgentEvent]:
         """Resume a stored run: every pending interrupt, with no data; a run that crashed with nothing
         pending continues from its last step. `takeover=True` takes over a run whose process died
-        before its lease expired."""
+        before its lease expired; `expected_version` resumes only while that is the run's newest version
+        (docs/resume.md)."""
         snap = await self.app.get_run(checkpoint_id) if self.store is not None else None
         pending = snap is not None and bool(snap.interrupts.contexts)
-        options = {"checkpoint_id": checkpoint_id, "resume": True if pending else None, "takeover": takeover}
-        async with contextlib.aclosing(self._events(None, options)) as events:
+        options = {"checkpoint_id": checkpoint_id, "resume": True if pending else None, "takeover": takeover,
+                   "expected_version": expected_version}
+        async with contextlib.aclosing(self._events(None, options, callbacks)) as events:
             async for event in events:
                 yield event
 
     async def resume_with_params(self, checkpoint_id: str, targets: dict[str, Any], *, takeover: bool = False,
+                                 expected_version: int | None = None, callbacks: Sequence[Any] = (),
                                  ) -> AsyncIterator[AgentEvent]:
         """Resume the interrupts named in `targets` (`{interrupt_id: data}`); the others pause again."""
-        options = {"checkpoint_id": checkpoint_id, "resume": dict(targets), "takeover": takeover}
-        async with contextlib.aclosing(self._events(None, options)) as events:
+        options = {"checkpoint_id": checkpoint_id, "resume": dict(targets), "takeover": takeover,
+                   "expected_version": expected_version}
+        async with contextlib.aclosing(self._events(None, options, callbacks)) as events:
             async for event in events:
                 yield event
 
@@ -188,9 +201,10 @@ class Runner:
 
     # --- engine events -> agent events ------------------------------------------------------------------
 
-    async def _events(self, input: Any, options: dict[str, Any]) -> AsyncIterator[AgentEvent]:
+    async def _events(self, input: Any, options: dict[str, Any], callbacks: Sequence[Any] = ()
+                      ) -> AsyncIterator[AgentEvent]:
         live = _Live(self.agent.name, self.streaming)
-        events = self.app.aevents(input, callbacks=[live, *self.callbacks], streaming=False, **options)
+        events = self.app.aevents(input, callbacks=[live, *self.callbacks, *callbacks], streaming=False, **options)
         try:
             async for event in events:
                 for out in live.translate(event):

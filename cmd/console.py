@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from waypoint.engine.errors import WaypointError
+
 __all__ = ["Console", "default_db", "chapter_parser", "chapter_model", "print_events", "EventSummary",
            "read_line", "open_store", "compact"]
 
@@ -119,14 +121,18 @@ class EventSummary:
 async def print_events(events: Any, console: Console, *, tools: bool = True) -> EventSummary:
     """Print an agent run's events as they arrive: assistant tokens live, tool calls and results, retries."""
     summary = EventSummary()
-    async for event in events:
-        if event.error is not None:
-            summary.error = event.error
-            console.note(f"[error] {type(event.error).__name__}: {event.error}", "red")
-        elif event.output is not None:
-            await _print_output(event.output, console, summary, tools)
-        elif event.action is not None:
-            _print_action(event.action, console, summary)
+    try:
+        async for event in events:
+            if event.error is not None:
+                summary.error = event.error
+                console.note(f"[error] {type(event.error).__name__}: {event.error}", "red")
+            elif event.output is not None:
+                await _print_output(event.output, console, summary, tools)
+            elif event.action is not None:
+                _print_action(event.action, console, summary)
+    except WaypointError as err:  # raised by the iterator: the run (or resume) did not start
+        summary.error = err
+        console.note(f"[error] {type(err).__name__}: {err}", "red")
     return summary
 
 

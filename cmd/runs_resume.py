@@ -60,16 +60,19 @@ def parse_answers(args: Any) -> dict[str, tuple[str, Any]]:
     return answers
 
 
-def _targets(answers: dict[str, tuple[str, Any]], agent: bool) -> dict[str, Any]:
+def _targets(answers: dict[str, tuple[str, Any]], agent: bool, run: StoredRun) -> dict[str, Any]:
+    """The resume data; an approval names the digest of the call this command read (and checked)."""
     from waypoint.engine import Respond
     from waypoint.middleware import ApprovalResult
 
+    shown = {p.id: p.info for p in run.pending}
     out: dict[str, Any] = {}
     for iid, (verb, value) in answers.items():
         if verb == "respond":
             out[iid] = Respond(value) if agent else value
         elif agent:
-            out[iid] = ApprovalResult(approved=verb == "approve", reason=value)
+            out[iid] = ApprovalResult(approved=verb == "approve", reason=value,
+                                      digest=getattr(shown.get(iid), "digest", None))
         elif verb == "approve":
             out[iid] = {"approved": True}
         else:
@@ -161,18 +164,19 @@ async def resume_command(args: Any, console: Console, hint: str) -> int:
         if not args.json:
             out.line(f"resuming run {cid} ({'agent' if runner else 'graph'} {run.graph}) in this process" +
                      "".join(f"; {verb} {iid}" for iid, (verb, _) in answers.items()), "dim")
+        # bound to what was read and checked above: the version (nothing changed since) and the digests
+        bound = {"takeover": args.takeover, "expected_version": run.meta.version}
         if runner is not None:
-            error, decisions = await _resume_agent(runner, cid, _targets(answers, True), args.takeover, out)
+            error, decisions = await _resume_agent(runner, cid, _targets(answers, True, run), bound, out)
         else:
-            error, decisions = await _resume_graph(app, cid, _targets(answers, False), args.takeover, out), []
+            error, decisions = await _resume_graph(app, cid, _targets(answers, False, run), bound, out), []
         after = await read_version(store, cid, serializer=app.get_serializer())
     return _report(after, error, decisions, console, args.json, hint)
 
 
-async def _resume_agent(runner: Any, cid: str, targets: dict[str, Any], takeover: bool,
+async def _resume_agent(runner: Any, cid: str, targets: dict[str, Any], bound: dict[str, Any],
                         out: Console) -> tuple[BaseException | None, list[Any]]:
-    events = runner.resume_with_params(cid, targets, takeover=takeover) if targets \
-        else runner.resume(cid, takeover=takeover)
+    events = runner.resume_with_params(cid, targets, **bound) if targets else runner.resume(cid, **bound)
     summary = await print_events(_with_decisions(events, out), out)
     return summary.error, summary.decisions
 
@@ -187,10 +191,10 @@ async def _with_decisions(events: AsyncIterator[Any], out: Console) -> AsyncIter
         yield event
 
 
-async def _resume_graph(app: Any, cid: str, targets: dict[str, Any], takeover: bool,
+async def _resume_graph(app: Any, cid: str, targets: dict[str, Any], bound: dict[str, Any],
                         out: Console) -> BaseException | None:
     try:
-        output = await app.ainvoke(None, checkpoint_id=cid, resume=targets or None, takeover=takeover)
+        output = await app.ainvoke(None, checkpoint_id=cid, resume=targets or None, **bound)
     except GraphInterrupted:
         return None
     except WaypointError as err:

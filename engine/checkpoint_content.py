@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .interrupts import legacy_interrupt_id
 from .position import InterruptRecord, RunPosition
+from .resume import ResumeRequest
 from .store import MAX_PART_NAME, MAX_PARTS
 from .streams import Chunks
 
@@ -26,15 +28,23 @@ def position_to_plain(pos: RunPosition) -> dict[str, Any]:
         "before": pos.paused_before, "after": pos.paused_after, "released": pos.released, "ledger": pos.ledger,
         "done": pos.done,
         "output": pos.output,
+        **({"static_ids": pos.static_ids} if pos.static_ids else {}),
+        **({"lineage": pos.lineage} if pos.lineage else {}),
+        **({"answers": pos.answers} if pos.answers is not None else {}),
     }
 
 
 def _record_to_plain(r: InterruptRecord) -> dict[str, Any]:
-    return {
-        "address": r.address, "info": r.info, "state": r.state, "has_state": r.has_state,
+    plain = {
+        "address": r.address, "id": r.id, "info": r.info, "state": r.state, "has_state": r.has_state,
         "child": None if r.child is None else {**position_to_plain(r.child), "state": r.child.state},
         "subs": [_record_to_plain(s) for s in r.subs],
     }
+    if r.above:
+        plain["above"] = [_record_to_plain(a) for a in r.above]
+    if r.answered:
+        plain["answered"], plain["answer"] = True, r.answer
+    return plain
 
 
 def position_from_plain(d: dict[str, Any]) -> RunPosition:
@@ -44,11 +54,16 @@ def position_from_plain(d: dict[str, Any]) -> RunPosition:
     _shape(_str_map(d["inbox"]) and all(_str_map(v) for v in d["inbox"].values()), "inbox")
     _shape(all(type(v) is list and all(type(s) is str for s in v) for v in d["skipped"].values()), "skipped")
     _shape(all(type(v) is list and all(type(n) is str for n in v) for v in (d["before"], d["after"])), "pauses")
+    static_ids, lineage, answers = d.get("static_ids", {}), d.get("lineage", ""), d.get("answers")
+    _shape(_str_map(static_ids) and all(type(v) is str for v in static_ids.values()), "static pause IDs")
+    _shape(type(lineage) is str and (answers is None or _str_map(answers)), "lineage or answers")
+    if answers is not None:
+        ResumeRequest.from_plain(answers)  # raises ValueError when its parts have the wrong type
     return RunPosition(
         step=d["step"], pending=d["pending"], inbox=d["inbox"], skipped=d["skipped"],
         interrupts={k: _record_from_plain(v) for k, v in d["interrupts"].items()},
         paused_before=d["before"], paused_after=d["after"], released=d.get("released", []),
-        ledger=d.get("ledger", 0), done=d["done"],
+        static_ids=static_ids, ledger=d.get("ledger", 0), lineage=lineage, answers=answers, done=d["done"],
         output=d["output"], state=d.get("state"),
     )
 
@@ -56,10 +71,13 @@ def position_from_plain(d: dict[str, Any]) -> RunPosition:
 def _record_from_plain(d: dict[str, Any]) -> InterruptRecord:
     _shape(type(d) is dict and type(d["address"]) is str and type(d["has_state"]) is bool
            and type(d["subs"]) is list and (d["child"] is None or type(d["child"]) is dict), "interrupt record")
+    rid, above, answered = d.get("id") or legacy_interrupt_id(d["address"]), d.get("above", []), d.get("answered", False)
+    _shape(type(rid) is str and type(above) is list and type(answered) is bool, "interrupt record")
     return InterruptRecord(
-        address=d["address"], info=d["info"], state=d["state"], has_state=d["has_state"],
+        address=d["address"], id=rid, info=d["info"], state=d["state"], has_state=d["has_state"],
         child=None if d["child"] is None else position_from_plain(d["child"]),
         subs=[_record_from_plain(s) for s in d["subs"]],
+        above=[_record_from_plain(a) for a in above], answered=answered, answer=d.get("answer"),
     )
 
 

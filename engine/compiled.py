@@ -19,7 +19,7 @@ from .events import Emitter, Event
 from .interrupts import InterruptInfo
 from .lifecycle import RunOptions, run_graph
 from .mermaid import render
-from .resume import interrupt_info
+from .resume import answered_ids, interrupt_info, standing_answers
 from .shape import GraphShape
 
 __all__ = ["CompiledGraph", "RunSnapshot", "read_run"]
@@ -64,8 +64,10 @@ def _snapshot(loaded: Any) -> RunSnapshot:
     pos, structure = loaded.position, loaded.structure
     name = structure.get("name") if isinstance(structure, dict) else None
     graph = name if isinstance(name, str) else ""
-    return RunSnapshot(meta=loaded.meta, state=pos.state, output=pos.output if pos.done else None,
-                       pending=tuple(pos.pending), interrupts=interrupt_info(pos, f"runnable:{graph}"),
+    address, meta = f"runnable:{graph}", loaded.meta
+    answered = answered_ids(pos, standing_answers(pos, meta.status, meta.error), address)
+    return RunSnapshot(meta=meta, state=pos.state, output=pos.output if pos.done else None,
+                       pending=tuple(pos.pending), interrupts=interrupt_info(pos, address, answered),
                        graph=graph, structure=structure if isinstance(structure, dict) else {})
 
 

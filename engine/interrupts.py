@@ -9,8 +9,9 @@ a normal `WaypointError`, carrying an `InterruptInfo`.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import clip
@@ -22,7 +23,7 @@ __all__ = [
     "CompositeInterrupt",
     "InterruptCtx",
     "InterruptInfo",
-    "interrupt_id",
+    "new_interrupt_id",
 ]
 
 
@@ -38,6 +39,8 @@ class Interrupt(BaseException):
         scope = current_task()
         # Where it was raised (a tool call inside a node has a deeper address than the node).
         self.address: str | None = scope.address if scope is not None else None
+        self.id = _pause_id(scope)
+        self.above = _answered_above(scope)
 
 
 class StatefulInterrupt(Interrupt):
@@ -59,9 +62,41 @@ class CompositeInterrupt(Interrupt):
         self.subs = tuple(subs)
 
 
-def interrupt_id(address: str) -> str:
-    """The stable ID of the interrupt at `address` (the same address always gives the same ID)."""
-    return hashlib.blake2b(address.encode(), digest_size=8).hexdigest()
+def new_interrupt_id() -> str:
+    """A fresh interrupt ID: 16 hex digits, random, so no other run, turn or pause ever has it."""
+    return os.urandom(8).hex()
+
+
+def legacy_interrupt_id(address: str) -> str:
+    """The ID of a pause stored before IDs were minted per pause (a hash of its address)."""
+    return hashlib.blake2b(address.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def _pause_id(scope: Any) -> str:
+    """The same pause re-shown keeps its ID; anything else is a new pause with a new ID.
+
+    "Re-shown": this address paused last time, runs again in the task that paused, and took no answer
+    (a resume that did not target it, or targeted it without data). A pause at an address that consumed
+    an answer in this pass, or that did not pause last time, is new.
+    """
+    if scope is None or not scope.resumed:
+        return new_interrupt_id()
+    old = scope.resumed.get(scope.address)
+    if old is None or old.answered or (scope.consumed and scope.address in scope.consumed):
+        return new_interrupt_id()
+    request = scope.resume
+    if request is not None and old.id in request.data and request.data[old.id] is not None:
+        return new_interrupt_id()
+    return old.id
+
+
+def _answered_above(scope: Any) -> list[Any]:
+    """The records, with their answers, of points above this one that an answer passed in this pass."""
+    if scope is None or not scope.consumed:
+        return []
+    address = scope.address
+    return [replace(record, answered=True, answer=answer, above=[], subs=[], child=None)
+            for at, (record, answer) in scope.consumed.items() if address.startswith(at + ";")]
 
 
 @dataclass(frozen=True, kw_only=True)

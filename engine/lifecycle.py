@@ -20,6 +20,7 @@ The rules (docs/resume.md):
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +40,14 @@ from .errors import (
 )
 from .events import Emitter, Event
 from .lease import LeaseKeeper
-from .resume import ResumeRequest, awaits_answer, interrupt_info, pending_interrupt_ids
+from .resume import (
+    ResumeRequest,
+    answered_ids,
+    awaits_answer,
+    interrupt_info,
+    pending_interrupt_ids,
+    standing_answers,
+)
 from .runner import Run, RunInterrupted
 from .shape import GraphShape
 
@@ -160,13 +168,20 @@ class _Session:
         if loaded.meta.status == "completed" and opts.version is None:
             raise CheckpointError(f"run '{self.source}' has completed; there is nothing to resume")
         self._check_graph(loaded)
-        self._check_resume(loaded, request)
+        branch = self.source != self.target or opts.version is not None
+        standing = None if branch else standing_answers(loaded.position, loaded.meta.status, loaded.meta.error)
+        self._check_resume(loaded, request, standing)
+        if standing is not None:  # a resume claimed this run and its process stopped: its answers stand
+            request = standing.joined(request)
         run.restore(loaded.position, request)
+        run.pos.answers = request.to_plain() if request is not None else None
         if run.pos.ledger == 0:  # written before ledger epochs, or in a mode that keeps none
             run.pos.ledger = (self.cp.version or 0) + 1
-        if self.source != self.target or opts.version is not None:
+        if branch:  # a fork or time travel: a fresh ledger page and idempotency keys of its own
             self.cp.origin = f"{self.source}@{loaded.meta.version}"
-        await self._save(run, "running")  # the claim: compare-and-set before any node runs
+            run.pos.ledger = (self.cp.version or 0) + 1
+            run.pos.lineage = os.urandom(8).hex()
+        await self._save(run, "running")  # the claim, with its answers: compare-and-set before any node runs
 
     async def _start_new(self, run: Run, input: Any, *, fresh: bool) -> None:
         run.start(input)
@@ -274,15 +289,23 @@ class _Session:
                 f"graph does not have ({change})"
             )
 
-    def _check_resume(self, loaded: Loaded, request: ResumeRequest | None) -> None:
-        pos = loaded.position
-        pending = pending_interrupt_ids(pos, f"runnable:{self.graph.name}")
+    def _check_resume(self, loaded: Loaded, request: ResumeRequest | None, standing: ResumeRequest | None) -> None:
+        pos, address = loaded.position, f"runnable:{self.graph.name}"
+        answered = answered_ids(pos, standing, address)
+        pending = pending_interrupt_ids(pos, address, answered)
         if request is not None and request.ids:
+            already = sorted(request.ids & answered)
+            if already:
+                raise UnknownInterrupt(
+                    f"run '{self.source}': interrupt {', '.join(already)} was already answered by the resume that "
+                    f"claimed version {loaded.meta.version}, and that answer stands; "
+                    f"pending: {', '.join(pending) or 'none'}"
+                )
             unknown = sorted(request.ids - set(pending))
             if unknown:
                 raise UnknownInterrupt(
-                    f"run '{self.source}': no pending interrupt has ID {', '.join(unknown)}; "
-                    f"pending: {', '.join(pending) or 'none'}"
+                    f"run '{self.source}': no pending interrupt has ID {', '.join(unknown)} (an answer to a pause "
+                    f"that is over, or to another run); pending: {', '.join(pending) or 'none'}"
                 )
         stopped_midway = loaded.meta.status != "interrupted" or loaded.meta.error == "cancelled"
         if request is None and awaits_answer(pos) and not stopped_midway:  # a clean pause needs an answer
@@ -296,7 +319,7 @@ class _Session:
     async def execute(self, run: Run) -> Any:
         run.checkpoint = self._on_step if self.durability == "step" else self._remember
         run.checkpoint_id = self.target
-        run.step_key = lambda: (self.target, run.pos.ledger)
+        run.step_key = lambda: (f"{self.target}~{run.pos.lineage}" if run.pos.lineage else self.target, run.pos.ledger)
         run.version = lambda: self.cp.version
         if self.durability != "step":
             await self._remember(run, "start")
@@ -346,7 +369,10 @@ class _Session:
         self.snapshot = self.cp.snapshot(run.pos)
 
     async def _save(self, run: Run, status: str) -> None:
-        await self._wrote(await self.cp.save(run.pos, status))
+        pos = run.pos
+        if pos.answers is not None and (status != "running" or not pos.interrupts):
+            pos.answers = None  # every paused task they were for has run (or paused anew)
+        await self._wrote(await self.cp.save(pos, status))
 
     async def _save_stopped(self, status: str, error: str, *, shield: bool = False) -> None:
         """Store a failed or cancelled run at its last finished step (never with that step's changes)."""

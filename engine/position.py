@@ -15,6 +15,12 @@ after a step and reading it back in another process is all a resume needs:
 - `released`: nodes whose `interrupt_before` pause a resume has passed; they start without pausing
   again until they finish (stored, so a crash inside a released node does not ask again).
 - `ledger`: the root run's ledger epoch — the version at which the current step began (engine/task.py).
+- `lineage`: empty for a run's own history; a fresh token when a fork (`write_to=`) or time travel
+  (`version=`) starts a branch, so the branch's idempotency keys differ from the abandoned ones.
+- `answers`: the resume request that claimed this version (plain: `{"data", "ids", "everything"}`),
+  stored with the claim so that a crash after it continues with the same answers (cleared at the next
+  pause and at the end).
+- `static_ids`: the interrupt ID of each static pause (`"before:<node>"` / `"after:<node>"`).
 - `output` and `done` once the run has reached END.
 """
 
@@ -28,14 +34,25 @@ __all__ = ["RunPosition", "InterruptRecord"]
 
 @dataclass(kw_only=True)
 class InterruptRecord:
-    """A paused task: its interrupt's address, what it said, its saved state, and a nested child run."""
+    """A paused task: its interrupt's address and ID, what it said, its saved state, and a nested child run.
+
+    `above` holds the pause points above this one that an answer already passed in the same pass (an
+    approval, say, whose call then paused inside): each with the `answer` it consumed, handed back when
+    the pass runs again so nobody is asked twice and nothing below reuses that answer.
+    """
 
     address: str
+    id: str = ""
+    """Unique to this pause of this run (minted when it first paused; kept while it is re-shown)."""
     info: Any = None
     state: Any = None
     has_state: bool = False
     child: RunPosition | None = None
     subs: list[InterruptRecord] = field(default_factory=list)
+    above: list[InterruptRecord] = field(default_factory=list)
+    answer: Any = None
+    answered: bool = False
+    """True for an `above` record: `answer` is what was consumed there."""
 
 
 @dataclass(kw_only=True)
@@ -51,6 +68,9 @@ class RunPosition:
     paused_before: list[str] = field(default_factory=list)
     paused_after: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
+    static_ids: dict[str, str] = field(default_factory=dict)
     ledger: int = 0
+    lineage: str = ""
+    answers: dict[str, Any] | None = None
     done: bool = False
     output: Any = None

@@ -19,12 +19,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .interrupts import InterruptCtx, InterruptInfo, interrupt_id
+from .interrupts import (
+    CompositeInterrupt,
+    Interrupt,
+    InterruptCtx,
+    InterruptInfo,
+    StatefulInterrupt,
+    legacy_interrupt_id,
+)
 from .position import InterruptRecord, RunPosition
 from .scope import _TASK, current_task
 
 __all__ = ["ResumeRequest", "get_interrupt_state", "get_interrupt_info", "get_resume_context", "address_segment",
-           "segment_of",
+           "segment_of", "escape_part", "unescape_part", "pause_again", "get_interrupt_id",
            "pending_interrupt_ids", "static_pauses", "awaits_answer", "has_static_pause", "interrupt_info"]
 
 
@@ -49,39 +56,61 @@ class ResumeRequest:
         ids = frozenset(resume)
         return ResumeRequest(ids=ids)
 
+    def to_plain(self) -> dict[str, Any]:
+        """What the claim stores (RunPosition.answers)."""
+        return {"data": dict(self.data), "ids": sorted(self.ids), "everything": self.everything}
+
+    @staticmethod
+    def from_plain(plain: Any) -> ResumeRequest | None:
+        if not isinstance(plain, dict):
+            return None
+        data, ids = plain.get("data"), plain.get("ids")
+        if not isinstance(data, dict) or not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise ValueError("the stored position's answers have the wrong type")
+        return ResumeRequest(data=data, ids=frozenset(ids), everything=plain.get("everything") is True)
+
+    def joined(self, other: ResumeRequest | None) -> ResumeRequest:
+        """This request plus `other`'s answers for IDs this one does not answer (this one's stand)."""
+        if other is None:
+            return self
+        return ResumeRequest(data={**other.data, **self.data}, ids=self.ids | other.ids,
+                             everything=self.everything or other.everything)
+
     def targets(self, record: InterruptRecord) -> bool:
         """Whether this paused task (or anything paused inside it) was asked to resume."""
         return self.everything or any(i in self.ids for i in record_ids(record))
 
 
-def static_pauses(pos: RunPosition, address: str) -> Iterator[tuple[str, str, str]]:
-    """`(address, node, "before" | "after")` for each static pause of one run (not nested runs)."""
-    for key in pos.paused_before:
-        yield f"{address};node:{key};pause:before", key, "before"
-    for key in pos.paused_after:
-        yield f"{address};node:{key};pause:after", key, "after"
+def static_pauses(pos: RunPosition, address: str) -> Iterator[tuple[str, str, str, str]]:
+    """`(address, node, "before" | "after", id)` for each static pause of one run (not nested runs)."""
+    for when, keys in (("before", pos.paused_before), ("after", pos.paused_after)):
+        for key in keys:
+            point = f"{address};node:{key};pause:{when}"
+            yield point, key, when, pos.static_ids.get(f"{when}:{key}") or legacy_interrupt_id(point)
 
 
 def record_ids(record: InterruptRecord) -> Iterator[str]:
-    """Every interrupt ID in a paused task: its own, its subs', and those of a nested run."""
+    """Every root-cause interrupt ID in a paused task: its own (or its subs'), and a nested run's."""
     if record.child is not None:
         yield from position_ids(record.child, record.address)
         return
-    yield interrupt_id(record.address)
+    if not record.subs:
+        yield record.id
     for sub in record.subs:
         yield from record_ids(sub)
 
 
 def position_ids(pos: RunPosition, address: str) -> Iterator[str]:
     """Every pending interrupt ID of a run at `address`: static pauses first, then paused tasks."""
-    for point, _, _ in static_pauses(pos, address):
-        yield interrupt_id(point)
+    for *_, pause_id in static_pauses(pos, address):
+        yield pause_id
     for record in pos.interrupts.values():
         yield from record_ids(record)
 
 
-def pending_interrupt_ids(pos: RunPosition, address: str) -> list[str]:
-    return list(position_ids(pos, address))
+def pending_interrupt_ids(pos: RunPosition, address: str, answered: frozenset[str] = frozenset()) -> list[str]:
+    """The IDs a resume may answer; `answered` (a claim's stored answers, docs/resume.md) are left out."""
+    return [i for i in position_ids(pos, address) if i not in answered]
 
 
 def awaits_answer(pos: RunPosition) -> bool:
@@ -99,41 +128,76 @@ def _walk(records: dict[str, InterruptRecord]) -> Iterator[InterruptRecord]:
     for record in records.values():
         if record.child is not None:
             continue
+        yield from record.above
         yield record
-        yield from record.subs
+        for sub in record.subs:
+            yield from sub.above
+            yield sub
+
+
+# --- addresses -----------------------------------------------------------------------------------------
+
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.~+=@/!$&'()*,[]")
+
+
+def escape_part(text: str) -> str:
+    """`text` as an address part: `%XX` for every byte of a character outside a small safe set (`;`, `:`,
+    `%`, controls, bidi, surrogates...), so two different texts never give the same part."""
+    if all(c in _SAFE for c in text):
+        return text
+    return "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass"))
+                   for c in text)
+
+
+def unescape_part(part: str) -> str:
+    """`escape_part`'s inverse."""
+    if "%" not in part:
+        return part
+    out, i = bytearray(), 0
+    while i < len(part):
+        if part[i] == "%":
+            out.append(int(part[i + 1:i + 3], 16))
+            i += 3
+        else:
+            out.extend(part[i].encode())
+            i += 1
+    return out.decode("utf-8", "surrogatepass")
 
 
 @contextmanager
-def address_segment(kind: str, name: str, sub_id: str | None = None) -> Iterator[str]:
-    """Run the body at a deeper address (`;<kind>:<name>[:<sub_id>]`), e.g. one tool call in a node.
+def address_segment(kind: str, *parts: str) -> Iterator[str]:
+    """Run the body at a deeper address (`;<kind>[:<part>]...`), e.g. one tool call in a node.
 
+    Each part is escaped (`escape_part`), so any text (a model's call ID, say) gives its own address.
     Interrupts raised inside get this address, and `get_interrupt_state` / `get_resume_context`
     answer for it. Yields the address.
     """
     scope = current_task()
     if scope is None:
         raise RuntimeError("address_segment() is only meaningful inside a running node")
-    for part in (kind, name, sub_id or ""):
-        if ";" in part or ":" in part:
-            raise ValueError(f"address parts may not contain ';' or ':' (got {part!r})")
-    address = f"{scope.address};{kind}:{name}" + (f":{sub_id}" if sub_id else "")
+    if not kind or escape_part(kind) != kind:
+        raise ValueError(f"an address segment's kind must be a plain name (got {kind!r})")
+    address = ";".join((scope.address, ":".join((kind, *(escape_part(p) for p in parts if p is not None)))))
     token = _TASK.set(replace(scope, address=address))
     try:
         yield address
     finally:
-        _TASK.reset(token)
+        try:
+            _TASK.reset(token)
+        except ValueError:  # an async generator closed from another context: restore by value
+            _TASK.set(scope)
 
 
 def segment_of(address: str, kind: str) -> tuple[str, ...] | None:
     """The parts of the innermost `;<kind>:...` segment of an address (`address_segment`'s inverse), or None.
 
-    `segment_of(ctx.address, "tool")` is `(name, call_id)` for an interrupt raised inside a tool call;
-    `segment_of(ctx.address, "pause")` is `("before",)` or `("after",)` for a static pause.
+    `segment_of(ctx.address, "tool")` is `(name, call_id, position)` for an interrupt raised inside a tool
+    call; `segment_of(ctx.address, "pause")` is `("before",)` or `("after",)` for a static pause.
     """
-    prefix = kind + ":"
     for segment in reversed(address.split(";")):
-        if segment.startswith(prefix):
-            return tuple(segment[len(prefix):].split(":"))
+        name, _, rest = segment.partition(":")
+        if name == kind:
+            return tuple(unescape_part(p) for p in rest.split(":")) if rest else ()
     return None
 
 
@@ -152,13 +216,16 @@ def _convert(value: Any, T: Any) -> Any:
     return TypeAdapter(T).validate_python(value)
 
 
+def _own(scope: Any) -> InterruptRecord | None:
+    return scope.resumed.get(scope.address) if scope.resumed else None
+
+
 def get_interrupt_state(T: Any = None) -> tuple[bool, bool, Any]:
     """`(was_interrupted, has_state, state)` for the calling node or tool, from the last pause.
 
     Only a paused task that runs again sees its pause; a later pass through the same point does not.
     """
-    scope = _scope_or_error("get_interrupt_state")
-    record = scope.resumed.get(scope.address) if scope.resumed else None
+    record = _own(_scope_or_error("get_interrupt_state"))
     if record is None:
         return False, False, None
     if not record.has_state:
@@ -168,67 +235,131 @@ def get_interrupt_state(T: Any = None) -> tuple[bool, bool, Any]:
 
 def get_interrupt_info() -> Any:
     """What the calling point's last pause said (`Interrupt(info)`), when it runs again after it; else None."""
-    scope = _scope_or_error("get_interrupt_info")
-    record = scope.resumed.get(scope.address) if scope.resumed else None
+    record = _own(_scope_or_error("get_interrupt_info"))
     return None if record is None else record.info
+
+
+def get_interrupt_id() -> str | None:
+    """The ID of the calling point's last pause, when it runs again after it; else None."""
+    record = _own(_scope_or_error("get_interrupt_id"))
+    return None if record is None else record.id
 
 
 def get_resume_context(T: Any = None) -> tuple[bool, bool, Any]:
     """`(is_target, has_data, data)`: whether the caller resumed this point, and with what data.
 
-    The answer belongs to the paused task that runs again; a later pass is not a target.
+    The answer belongs to the paused task that runs again; a later pass is not a target. Data handed
+    out here is *consumed* by this point: a pause raised below it in this pass gets its own ID, needs its
+    own answer, and carries this answer along so that the next pass through this point gets it again.
     """
     scope = _scope_or_error("get_resume_context")
     request: ResumeRequest | None = scope.resume
     if request is None:
         return False, False, None
-    own = interrupt_id(scope.address)
-    if own in request.data:
-        data = request.data[own]
-        return True, data is not None, _convert(data, T)
-    resumed = scope.resumed or {}
-    if own in request.ids or request.everything and scope.address in resumed:
-        return True, False, None
-    below = scope.address + ";"
-    for address in resumed:
-        if address.startswith(below) and (request.everything or interrupt_id(address) in request.ids):
+    record = _own(scope)
+    if record is not None and record.answered:  # answered in an earlier pass of this call: still its answer
+        if not _targets_below(scope, request):
+            return False, False, None
+        return True, True, _consumed(scope, record, record.answer, T)
+    if record is not None and record.id in request.data:
+        data = request.data[record.id]
+        if data is None:
             return True, False, None
+        return True, True, _consumed(scope, record, data, T)
+    if record is not None and (request.everything or record.id in request.ids):
+        return True, False, None
+    if _targets_below(scope, request):
+        return True, False, None
     return False, False, None
 
 
+def _targets_below(scope: Any, request: ResumeRequest) -> bool:
+    below = scope.address + ";"
+    return any(a.startswith(below) and not r.answered and (request.everything or r.id in request.ids)
+               for a, r in (scope.resumed or {}).items())
+
+
+def _consumed(scope: Any, record: InterruptRecord, data: Any, T: Any) -> Any:
+    if scope.consumed is not None:
+        scope.consumed[scope.address] = (record, data)
+    return _convert(data, T)
+
+
+def pause_again() -> Interrupt:
+    """The pause(s) at or below the calling point, exactly as they were (address, ID, info, state), for a
+    point the resume did not target: `raise pause_again()`."""
+    scope = _scope_or_error("pause_again")
+    here, below = scope.address, scope.address + ";"
+    found = [r for a, r in (scope.resumed or {}).items() if not r.answered and (a == here or a.startswith(below))]
+    tops = [r for r in found if not any(o is not r and r.address.startswith(o.address + ";") for o in found)]
+    if len(tops) == 1:
+        return _rebuilt(tops[0])
+    if not tops:
+        raise RuntimeError(f"pause_again(): nothing paused at or below {here}")
+    return CompositeInterrupt(None, None, [_rebuilt(r) for r in tops])
+
+
+def _rebuilt(record: InterruptRecord) -> Interrupt:
+    signal = (CompositeInterrupt(record.info, record.state, [_rebuilt(s) for s in record.subs]) if record.subs
+              else StatefulInterrupt(record.info, record.state) if record.has_state else Interrupt(record.info))
+    signal.address, signal.id, signal.above = record.address, record.id, list(record.above)
+    return signal
+
+
 def resumed_records(pos: RunPosition) -> dict[str, InterruptRecord]:
-    """Address -> record of every pause point in this run's own tasks (not nested runs)."""
+    """Address -> record of every pause point in this run's own tasks (not nested runs), and of the
+    points above them that an answer already passed (`InterruptRecord.above`)."""
     return {r.address: r for r in _walk(pos.interrupts)}
 
 
-def interrupt_info(pos: RunPosition, address: str) -> InterruptInfo:
+def interrupt_info(pos: RunPosition, address: str, answered: frozenset[str] = frozenset()) -> InterruptInfo:
     """The caller's view of a paused run: every root-cause interrupt, nested runs included.
 
     Static pauses (`interrupt_before` / `interrupt_after`) are listed too, at `<node>;pause:before`
     (or `after`), and their nodes by path (`sub/b` inside subgraph node `sub`) in `before_nodes` /
-    `after_nodes`.
+    `after_nodes`. IDs in `answered` (a claim's stored answers) are not listed: nobody must answer them.
     """
     contexts: list[InterruptCtx] = []
     static: dict[str, list[str]] = {"before": [], "after": []}
+
+    def add(ctx: InterruptCtx) -> None:
+        if ctx.id not in answered:
+            contexts.append(ctx)
 
     def walk(pos: RunPosition, address: str, prefix: tuple[str, ...]) -> None:
         for key, record in pos.interrupts.items():
             if record.child is not None:
                 walk(record.child, record.address, (*prefix, key))
                 continue
-            ctx = InterruptCtx(id=interrupt_id(record.address), address=record.address, info=record.info,
+            ctx = InterruptCtx(id=record.id, address=record.address, info=record.info,
                                is_root_cause=not record.subs, parent=None)
-            if record.subs:
-                for sub in record.subs:
-                    contexts.append(InterruptCtx(id=interrupt_id(sub.address), address=sub.address,
-                                                 info=sub.info, is_root_cause=True, parent=ctx))
-            else:
-                contexts.append(ctx)
-        for point, key, when in static_pauses(pos, address):
+            for sub in record.subs:
+                add(InterruptCtx(id=sub.id, address=sub.address, info=sub.info, is_root_cause=True, parent=ctx))
+            if not record.subs:
+                add(ctx)
+        for point, key, when, pause_id in static_pauses(pos, address):
             node = "/".join((*prefix, key))
             static[when].append(node)
-            contexts.append(InterruptCtx(id=interrupt_id(point), address=point, info={"pause": when, "node": node}))
+            add(InterruptCtx(id=pause_id, address=point, info={"pause": when, "node": node}))
 
     walk(pos, address, ())
     return InterruptInfo(contexts=tuple(contexts), before_nodes=tuple(static["before"]),
                          after_nodes=tuple(static["after"]))
+
+
+def standing_answers(pos: RunPosition, status: str, error: str | None) -> ResumeRequest | None:
+    """The answers a claim stored that still stand: a run that stopped without finishing its resume (its
+    process died, or it was cancelled) continues with them. A run that failed does not: its pauses are
+    asked again."""
+    if pos.answers is None or not (status == "running" or (status == "interrupted" and error == "cancelled")):
+        return None
+    return ResumeRequest.from_plain(pos.answers)
+
+
+def answered_ids(pos: RunPosition, request: ResumeRequest | None, address: str) -> frozenset[str]:
+    """The pending IDs `request` answers (all of them when it resumes everything)."""
+    if request is None:
+        return frozenset()
+    if request.everything:
+        return frozenset(position_ids(pos, address))
+    return frozenset(i for i, d in request.data.items() if d is not None) | request.ids

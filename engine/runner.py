@@ -21,7 +21,7 @@ from typing import Any
 from .base import END, START
 from .errors import GraphRunError, MaxStepsExceeded, NodeError, WaypointError
 from .events import Emitter, Event
-from .interrupts import Interrupt
+from .interrupts import Interrupt, new_interrupt_id
 from .merge import merge_values
 from .node_calls import cancel_all, in_daemon_thread, maybe_await, raised_for, take_key
 from .position import InterruptRecord, RunPosition
@@ -107,7 +107,7 @@ class Run:
         self.resumed = resumed_records(pos)
         # A static pause is passed by any resume; the release is stored until the node has run.
         pos.released = [*pos.released, *(k for k in pos.paused_before if k not in pos.released)]
-        pos.paused_before, pos.paused_after = [], []
+        pos.paused_before, pos.paused_after, pos.static_ids = [], [], {}
         if not self.streaming:  # paused while streaming, resumed with ainvoke: nodes get values
             pos.pending = {k: to_value(v, where=f"node '{k}'") for k, v in pos.pending.items()}
             pos.inbox = {k: {src: to_value(v, where=f"node '{src}'") for src, v in values.items()}
@@ -184,7 +184,12 @@ class Run:
         mine = {a: r for a, r in self.resumed.items() if a == address or a.startswith(below)}
         for a in mine:
             del self.resumed[a]
-        return TaskScope(self, node.key, path, address, self.resume, mine)
+        return TaskScope(self, node.key, path, address, self.resume, mine, {})
+
+    def _pause_static(self, when: str, key: str) -> None:
+        """A static interrupt_before / interrupt_after stops at `key`, under an ID of its own."""
+        (self.pos.paused_before if when == "before" else self.pos.paused_after).append(key)
+        self.pos.static_ids[f"{when}:{key}"] = new_interrupt_id()
 
     def _before_step(self) -> None:
         if self.before_step is not None:
@@ -208,7 +213,8 @@ class Run:
                 elif verdict is None:
                     blocked.append(key)
             if blocked:  # a superstep with a node under interrupt_before does not start at all
-                pos.paused_before = blocked
+                for key in blocked:
+                    self._pause_static("before", key)
                 await self._checkpoint("pause")
                 return
             if not tasks:
@@ -285,7 +291,7 @@ class Run:
             if verdict:
                 startable.append(key)
             elif verdict is None:
-                self.pos.paused_before.append(key)
+                self._pause_static("before", key)
                 self.halted = True
         return startable
 
@@ -329,7 +335,7 @@ class Run:
         if key in pos.released:
             pos.released.remove(key)
         if key in self.graph.interrupt_after:
-            pos.paused_after.append(key)
+            self._pause_static("after", key)
             self.halted = True
         output = done.output
         inbox = pos.inbox
@@ -512,6 +518,7 @@ class Run:
         )
         child.ledger, child.checkpoint_id = self.ledger, self.checkpoint_id
         child.step_key, child.token, child.version = self.step_key, self.token, self.version
+        child.before_step = self.before_step
         saved = self.pos.interrupts.get(node.key)
         if saved is not None and saved.child is not None:
             child.restore(saved.child, self.resume)
@@ -556,5 +563,5 @@ def _record(signal: Interrupt, address: str) -> InterruptRecord:
         _record(sub, sub.address if sub.address and sub.address != address else f"{address};sub:{i}")
         for i, sub in enumerate(signal.subs)
     ]
-    return InterruptRecord(address=address, info=signal.info, state=signal.state,
-                           has_state=signal.has_state, subs=subs)
+    return InterruptRecord(address=address, id=signal.id, info=signal.info, state=signal.state,
+                           has_state=signal.has_state, subs=subs, above=list(signal.above))

@@ -16,7 +16,9 @@ class TaskScope:
 
     `resume` and `resumed` are set only for a paused task that runs again: the caller's resume
     request and what paused under this task last time (address -> record). A later pass through
-    the same node in the same call gets neither: one answer approves one pass.
+    the same node in the same call gets neither: one answer approves one pass. `consumed` (shared by
+    every deeper address of the task) records the answers this pass has taken (address -> record
+    with its answer): a pause below one of them carries them, so the next pass is not asked again.
     """
 
     run: Any
@@ -26,6 +28,7 @@ class TaskScope:
     address: str
     resume: Any = None
     resumed: Mapping[str, Any] | None = None
+    consumed: dict[str, Any] | None = None
 
 
 _TASK: ContextVar[TaskScope | None] = ContextVar("waypoint_task", default=None)

@@ -16,7 +16,8 @@ from typing import Any
 from .events import Event
 from .scope import current_task
 
-__all__ = ["emit_chunk", "task_ledger", "TaskLedger", "current_checkpoint_id", "current_version", "idempotency_key"]
+__all__ = ["emit_chunk", "task_ledger", "TaskLedger", "current_checkpoint_id", "current_version", "idempotency_key",
+           "ledger_epoch", "check_lease"]
 
 
 async def emit_chunk(data: Any) -> None:
@@ -46,15 +47,46 @@ class TaskLedger:
         self.prefix = f"{address}|"
 
     async def recorded(self) -> dict[str, Any]:
-        """Every entry this task recorded in this step: key -> value."""
+        """Every entry this task recorded in this step: key -> value.
+
+        Each entry names the run, the page and the key it was written for, inside the (signed) record:
+        an entry copied to another run, page or key is `CheckpointCorrupted`, never a result.
+        """
         rows = await self.store.recorded_calls(self.checkpoint_id, self.epoch)
         n = len(self.prefix)
-        return {k[n:]: self.serializer.loads(v) for k, v in rows.items() if k.startswith(self.prefix)}
+        return {k[n:]: self._open(k, v) for k, v in rows.items() if k.startswith(self.prefix)}
 
     async def record(self, key: str, value: Any) -> bool:
         """Record `value` under `key` unless an entry is there already; True if this call wrote it."""
-        data = self.serializer.dumps(value, root=f"ledger entry '{key}' of run '{self.checkpoint_id}'")
-        return await self.store.record_call(self.checkpoint_id, self.epoch, self.prefix + key, data)
+        full = self.prefix + key
+        entry = {"ledger": [self.checkpoint_id, self.epoch, full], "value": value}
+        data = self.serializer.dumps(entry, root=f"ledger entry '{key}' of run '{self.checkpoint_id}'")
+        return await self.store.record_call(self.checkpoint_id, self.epoch, full, data)
+
+    def _open(self, key: str, data: bytes) -> Any:
+        entry = self.serializer.loads(data)
+        if type(entry) is dict and entry.keys() == {"ledger", "value"}:
+            if entry["ledger"] == [self.checkpoint_id, self.epoch, key]:
+                return entry["value"]
+        elif not self.serializer.signed:  # written before entries named their place; unsigned: no proof anyway
+            return entry
+        from .errors import CheckpointCorrupted
+
+        raise CheckpointCorrupted(
+            f"run '{self.checkpoint_id}': tool-ledger entry {key[-80:]!r} (page {self.epoch}) was written for "
+            "another run, page or call; the call's result is refused — restore the database from a backup "
+            "or delete this run")
+
+
+def check_lease() -> None:
+    """Raise (`CheckpointConflict`) if the run's process may no longer hold its lease — another process
+    may have taken the run over. Work that must not be done twice checks right before it starts."""
+    scope = current_task()
+    if scope is None:
+        raise RuntimeError("check_lease() must be called inside a running node")
+    check = scope.run.before_step
+    if check is not None:
+        check()
 
 
 def current_checkpoint_id() -> str | None:
@@ -75,16 +107,28 @@ def current_version() -> int | None:
     return version() if version is not None else None
 
 
-def idempotency_key() -> str:
+def idempotency_key(epoch: int | None = None) -> str:
     """A key for the work at the calling address (a tool call, say): the same whenever this step of this
     stored run does that work again — a retry, a re-run after a crash, a resume — and different in any
-    other step or run. Hand it to systems that must not apply the work twice."""
+    other step or run, and in a fork or a time-travel branch. Hand it to systems that must not apply the
+    work twice. `epoch` (from `ledger_epoch()`) names the step that first did the work, for work that a
+    resume continues in a later step."""
     scope = current_task()
     if scope is None:
         raise RuntimeError("idempotency_key() must be called inside a running node")
     run = scope.run
-    base, epoch = run.step_key() if run.step_key is not None else (run.token, 0)
-    return hashlib.blake2b(f"{base}|{epoch}|{scope.address}".encode(), digest_size=16).hexdigest()
+    base, now = run.step_key() if run.step_key is not None else (run.token, 0)
+    text = f"{base}|{now if epoch is None else epoch}|{scope.address}"
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def ledger_epoch() -> int:
+    """The calling task's ledger page (the version at which its step began; 0 when the run is not stored)."""
+    scope = current_task()
+    if scope is None:
+        raise RuntimeError("ledger_epoch() must be called inside a running node")
+    run = scope.run
+    return run.step_key()[1] if run.step_key is not None else 0
 
 
 def task_ledger() -> TaskLedger | None:

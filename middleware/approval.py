@@ -19,11 +19,12 @@ import hashlib
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
 
 from waypoint.engine import (
     AgentMiddleware,
     Restart,
+    address_segment,
     StatefulInterrupt,
     ToolContext,
     WaypointError,
@@ -32,10 +33,13 @@ from waypoint.engine import (
     get_resume_context,
     register_type,
 )
-from waypoint.engine.interrupts import interrupt_id
-from waypoint.engine.scope import current_task
+from waypoint.engine.resume import get_interrupt_id
 
 __all__ = ["ApprovalMiddleware", "ApprovalInfo", "ApprovalResult", "ApprovalError"]
+
+
+APPROVED = "approved"
+"""The address segment an approved call runs under: pauses inside it are new points with their own IDs."""
 
 
 class ApprovalError(WaypointError):
@@ -67,7 +71,8 @@ class ApprovalResult(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    approved: bool
+    approved: StrictBool
+    """Only a real boolean: `"yes"`, `"on"`, `1` or `"1"` is not an answer (it is refused, naming the interrupt)."""
     reason: str | None = None
     digest: str | None = None
 
@@ -90,7 +95,10 @@ class ApprovalMiddleware(AgentMiddleware):
             if not self.guards(ctx.name, arguments_json):
                 return await endpoint(arguments_json)
             run, value = _decide(arguments_json, ctx)
-            return await endpoint(value) if run else value
+            if not run:
+                return value
+            with address_segment(APPROVED):  # the approval's answer stays here; what runs below asks anew
+                return await endpoint(value)
 
         return approved_first
 
@@ -105,8 +113,9 @@ class ApprovalMiddleware(AgentMiddleware):
                 if not run:
                     yield value
                     return
-                async for chunk in endpoint(value):
-                    yield chunk
+                with address_segment(APPROVED):  # as above; the tool's generator runs inside it
+                    async for chunk in endpoint(value):
+                        yield chunk
 
             return chunks()
 
@@ -171,6 +180,4 @@ def _verified(state: Any, shown: Any, answer: ApprovalResult, where: str) -> str
 
 
 def _interrupt_name(ctx: ToolContext) -> str:
-    scope = current_task()
-    iid = interrupt_id(scope.address) if scope is not None else "?"
-    return f"interrupt {iid} (approval of tool '{ctx.name}', call {ctx.call_id})"
+    return f"interrupt {get_interrupt_id() or '?'} (approval of tool '{ctx.name}', call {ctx.call_id!r})"

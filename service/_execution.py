@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from waypoint.engine import GraphInterrupted
+from waypoint.engine import GraphInterrupted, WaypointError
 from waypoint.engine.jsonable import message_json, tool_arguments
 
 from ._events import EventLog, Logs
@@ -145,13 +145,16 @@ class Executor:
     # --- agents: AgentEvents -> log events ---------------------------------------------------------------
 
     async def _drive_agent(self, ex: Execution, events: AsyncIterator[Any]) -> BaseException | None:
-        async for event in events:
-            if event.error is not None:
-                return event.error
-            if event.output is not None:
-                await self._output(ex, event.output)
-            elif event.action is not None:
-                self._action(ex, event.action)
+        try:
+            async for event in events:
+                if event.error is not None:
+                    return event.error
+                if event.output is not None:
+                    await self._output(ex, event.output)
+                elif event.action is not None:
+                    self._action(ex, event.action)
+        except WaypointError as err:  # the run did not start (the Runner raises what means "nothing ran")
+            return err
         return None
 
     async def _output(self, ex: Execution, out: Any) -> None:

@@ -16,13 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from waypoint.engine.interrupts import interrupt_id
-
 PROCS = Path(__file__).parent / "procs"
 WAYPOINT = Path(sys.executable).parent / "waypoint"
-APPROVAL = "runnable:ops-test;node:tools;tool:execute:call_1"
-APPROVE = interrupt_id(APPROVAL)  # the same in every agent run here (`show` tests that it shows this one)
-REFUND = interrupt_id("runnable:refunds;node:review")
+APPROVAL = "runnable:ops-test;node:tools;tool:execute:call_1:0"
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -52,6 +48,13 @@ def runs(*args, db: Path | None = None, stdin=None, **env: str) -> tuple[int, st
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=_env(**env), cwd=cwd,
                           stdin=stdin if stdin is not None else subprocess.DEVNULL)
     return proc.returncode, proc.stdout, proc.stderr
+
+
+def pending_ids(db: Path, cid: str, *graph: str) -> list[str]:
+    """The IDs `waypoint runs show` lists for a run (each pause of each run has its own)."""
+    code, out, err = runs("show", cid, *graph, "--json", db=db)
+    assert code == 0, err
+    return [p["id"] for p in json.loads(out)["interrupts"]]
 
 
 def refused(result: tuple[int, str, str], *words: str) -> str:
@@ -107,20 +110,21 @@ def test_runs_only_their_graph_can_read_are_marked_and_read_with_graph(db):
     assert code == 0 and json.loads(out)["state"] == {"title": "disk full", "priority": 2}
     code, out, _ = runs("show", "signed-1", "--graph", "runs_fixtures:signed", db=db)
     assert code == 0 and "refund 5?" in out
-    iid = interrupt_id("runnable:signed;node:step")
+    (iid,) = pending_ids(db, "signed-1", "--graph", "runs_fixtures:signed")
     code, out, err = runs("resume", "signed-1", "--respond", iid, '"yes"', "--graph", "runs_fixtures:signed", db=db)
     assert code == 0 and '[output] "refund 5: yes"' in out, err
 
 
 def test_show_an_agent_run_paused_for_approval(db):
+    (approve,) = pending_ids(db, "approve-me")
     code, out, err = runs("show", "approve-me", db=db)
     assert code == 0, err
     assert "status    interrupted" in out and "ops-test (agent)" in out
     assert "[system] You run commands." in out and "[user] run echo hello" in out
     assert '[tool call] execute({"command": "echo hello"}) (call call_1)' in out
-    assert f"{APPROVE}  approval of tool 'execute' (call call_1)" in out
+    assert f"{approve}  approval of tool 'execute' (call call_1)" in out
     assert '"command": "echo hello"' in out.split("arguments", 1)[1]  # pretty-printed, one key a line
-    assert f"--approve {APPROVE}" in out and f"--reject {APPROVE} --reason TEXT" in out
+    assert f"--approve {approve}" in out and f"--reject {approve} --reason TEXT" in out
     assert "b'" not in out and "\\x" not in out and "digest" not in out  # no raw bytes, no codec internals
 
 
@@ -134,7 +138,9 @@ def test_show_json_is_structured(db):
     (pending,) = shown["interrupts"]
     assert pending["kind"] == "approval" and pending["tool"] == "execute"
     assert pending["arguments"] == {"command": "echo hello"} and pending["address"] == APPROVAL
-    assert pending["id"] == APPROVE
+    # the same agent paused the same call in three runs: three pauses, three IDs
+    others = [pending_ids(db, cid)[0] for cid in ("reject-me", "respond-me")]
+    assert len({pending["id"], *others}) == 3
 
 
 def test_show_a_plain_graph_and_a_failed_run(db):
@@ -165,7 +171,7 @@ def test_history_lists_versions_newest_first(db):
 
 def test_approve_an_agent_run_from_another_process(db, tmp_path):
     journal = tmp_path / "journal"
-    iid = APPROVE
+    (iid,) = pending_ids(db, "approve-me")
     code, out, err = runs("resume", "approve-me", "--approve", iid, "--graph", "runs_fixtures:build_agent", db=db,
                           RUNS_JOURNAL=str(journal))
     assert code == 0, err
@@ -181,7 +187,7 @@ def test_approve_an_agent_run_from_another_process(db, tmp_path):
 
 def test_reject_with_a_reason(db, tmp_path):
     journal = tmp_path / "journal"
-    iid = APPROVE
+    (iid,) = pending_ids(db, "reject-me")
     code, out, err = runs("resume", "reject-me", "--reject", iid, "--reason", "not on a Friday",
                           "--graph", "runs_fixtures:agent", db=db, RUNS_JOURNAL=str(journal))
     assert code == 0, err
@@ -192,7 +198,7 @@ def test_reject_with_a_reason(db, tmp_path):
 
 def test_respond_supplies_the_tools_result(db, tmp_path):
     journal = tmp_path / "journal"
-    iid = APPROVE
+    (iid,) = pending_ids(db, "respond-me")
     code, out, err = runs("resume", "respond-me", "--respond", iid, '"all done"', "--graph", "runs_fixtures:agent",
                           "--json", db=db, RUNS_JOURNAL=str(journal))
     assert code == 0, err
@@ -204,7 +210,7 @@ def test_respond_supplies_the_tools_result(db, tmp_path):
 
 def test_a_call_not_answered_pauses_again(db, tmp_path):
     journal = tmp_path / "journal"
-    first, second = (interrupt_id(f"runnable:ops-test;node:tools;tool:execute:call_{i}") for i in (1, 2))
+    first, second = pending_ids(db, "two-calls")
     code, out, err = runs("resume", "two-calls", "--approve", first, "--graph", "runs_fixtures:agent", db=db,
                           RUNS_JOURNAL=str(journal))
     assert code == 0, err
@@ -220,7 +226,8 @@ def test_a_call_not_answered_pauses_again(db, tmp_path):
 
 @pytest.mark.parametrize("target", ["runs_fixtures:refunds", "runs_fixtures:refunds_compiled"])
 def test_resume_a_plain_graph_with_graph(db, target):
-    code, out, err = runs("resume", "refund-7", "--respond", REFUND, '"yes"', "--graph", target, db=db)
+    (refund,) = pending_ids(db, "refund-7")
+    code, out, err = runs("resume", "refund-7", "--respond", refund, '"yes"', "--graph", target, db=db)
     assert code == 0, err
     assert '[output] "refund 120: yes"' in out and "run refund-7 completed" in out
     shown = json.loads(runs("show", "refund-7", "--json", db=db)[1])
@@ -229,8 +236,7 @@ def test_resume_a_plain_graph_with_graph(db, target):
 
 
 def test_approve_and_reject_on_a_plain_graph_pass_a_dict(db, template, tmp_path):
-    iid = json.loads(runs("show", "refund-7", "--json", db=db)[1])["interrupts"][0]["id"]
-    assert iid == REFUND
+    (iid,) = pending_ids(db, "refund-7")
     code, out, _ = runs("resume", "refund-7", "--approve", iid, "--graph", "runs_fixtures:refunds", "--json", db=db)
     assert code == 0 and json.loads(out)["output"] == "refund 120: {'approved': True}"
     other = tmp_path / "other"
@@ -246,8 +252,8 @@ def test_approve_and_reject_on_a_plain_graph_pass_a_dict(db, template, tmp_path)
      ["no pending interrupt 0123456789abcdef", "pending: "]),
     (["approve-me", "--graph", "runs_fixtures:agent"], ["waits on interrupt", "--approve IID"]),
     (["chat-done", "--graph", "runs_fixtures:agent"], ["has completed"]),
-    (["refund-7", "--respond", REFUND, "1"], ["graph 'refunds', not by an agent", "--graph"]),
-    (["refund-7", "--respond", REFUND, "1", "--graph", "runs_fixtures:other"],
+    (["refund-7", "--respond", "REFUND", "1"], ["graph 'refunds', not by an agent", "--graph"]),
+    (["refund-7", "--respond", "REFUND", "1", "--graph", "runs_fixtures:other"],
      ["written by another graph", "node(s) ['audit'] added"]),
     (["approve-me", "--approve", "x", "--graph", "no_such_module:agent"], ["cannot import 'no_such_module'"]),
     (["approve-me", "--approve", "x", "--graph", "runs_fixtures:execute"], ["is a Tool, not a ChatModelAgent"]),
@@ -256,12 +262,14 @@ def test_approve_and_reject_on_a_plain_graph_pass_a_dict(db, template, tmp_path)
 ])
 def test_a_resume_that_cannot_be_done_is_refused_in_one_line(db, tmp_path, args, words):
     journal = tmp_path / "journal"
+    if "REFUND" in args:
+        args = [pending_ids(db, "refund-7")[0] if a == "REFUND" else a for a in args]
     refused(runs("resume", *args, db=db, RUNS_JOURNAL=str(journal)), *words)
     assert not journal.exists()
 
 
 def test_an_agent_no_command_defines_needs_graph(db):
-    refused(runs("resume", "approve-me", "--approve", APPROVE, db=db),
+    refused(runs("resume", "approve-me", "--approve", pending_ids(db, "approve-me")[0], db=db),
             "agent 'ops-test', which no waypoint command defines", "--graph")
 
 
@@ -273,7 +281,7 @@ def test_without_graph_the_agent_comes_from_find_agent(db, tmp_path):
               "sys.exit(main(sys.argv[1:]))\n")
     journal = tmp_path / "journal"
     proc = subprocess.run([sys.executable, "-c", script, "resume", "approve-me", "--approve",
-                           APPROVE, "--db", str(db)], capture_output=True, text=True,
+                           pending_ids(db, "approve-me")[0], "--db", str(db)], capture_output=True, text=True,
                           timeout=60, env=_env(RUNS_JOURNAL=str(journal)))
     assert proc.returncode == 0, proc.stderr
     assert "[tool result] ran echo hello" in proc.stdout and journal.read_text().count("execute") == 1

@@ -250,7 +250,11 @@ def test_a_process_that_lost_its_lease_stops_before_its_next_step(tmp_path):
     resume = json.dumps({json.loads(out)["interrupt"][0]: "go"})
     first = start(db, "ch", "chain", *opts, "--resume", resume, journal=journal)
     wait_for_line(journal, "c1")
-    code, out, err = run(db, "ch", "chain", *opts, "--resume", resume, "--takeover", journal=journal)
+    # the first process's answer was stored with its claim: the takeover continues with it, and
+    # sending it again is refused (an answer is given once)
+    code, _, err = run(db, "ch", "chain", *opts, "--resume", resume, "--takeover", journal=journal)
+    assert code == 4 and "already answered" in err, err
+    code, out, err = run(db, "ch", "chain", *opts, "--continue-run", "--takeover", journal=journal)
     assert code == 0, err
     assert json.loads(out) == ["c1", "c2", "c3", "c4", "c5", "c6"]
     code, _, err = finish(first)

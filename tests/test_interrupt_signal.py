@@ -15,7 +15,6 @@ from waypoint.engine import (
     Interrupt,
     StatefulInterrupt,
 )
-from waypoint.engine.interrupts import interrupt_id
 
 
 def approval_graph(trigger: str, finished: list):
@@ -50,12 +49,12 @@ async def test_interrupt_pauses_and_sibling_task_completes(trigger):
     assert finished == [7]  # the sibling was not cancelled
     ctx, = info.value.info.contexts
     assert ctx.address == "runnable:triage;node:review"
-    assert ctx.id == interrupt_id("runnable:triage;node:review")
+    assert len(ctx.id) == 16 and int(ctx.id, 16) >= 0  # minted for this pause (docs/resume.md)
     assert ctx.info == {"question": "approve 7?"}
     assert ctx.is_root_cause
 
 
-async def test_interrupt_in_subgraph_has_full_address_and_stable_id():
+async def test_interrupt_in_subgraph_has_full_address_and_an_id_of_its_own_run():
     inner = Graph(name="inner")
     inner.add_node("ask", lambda x: (_ for _ in ()).throw(StatefulInterrupt("need input", state={"x": x})))
     inner.add_edge(START, "ask")
@@ -72,7 +71,7 @@ async def test_interrupt_in_subgraph_has_full_address_and_stable_id():
         ctx, = info.value.info.contexts
         assert ctx.address == "runnable:outer;node:sub;node:ask"
         ids.add(ctx.id)
-    assert len(ids) == 1
+    assert len(ids) == 2  # one address, two runs: two pauses, two IDs
 
 
 async def test_composite_interrupt_reports_its_subs_as_root_causes():

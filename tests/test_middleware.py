@@ -261,9 +261,9 @@ async def test_restart_reruns_with_metadata_and_new_input_and_may_pause_again():
     (ctx,) = pause_of(await events_of(runner.run("go", checkpoint_id="rs"))).contexts
     again = await events_of(runner.resume_with_params(
         "rs", {ctx.id: Restart(metadata="check again", replace_input={"amount": 50})}))
-    (second,) = pause_of(again).contexts  # a restarted tool paused again
-    assert second.id == ctx.id and second.info == {"confirm": 50}
-    done = await events_of(runner.resume_with_params("rs", {ctx.id: Restart(metadata="go")}))
+    (second,) = pause_of(again).contexts  # a restarted tool paused again: a new pause, a new ID
+    assert second.id != ctx.id and second.info == {"confirm": 50}
+    done = await events_of(runner.resume_with_params("rs", {second.id: Restart(metadata="go")}))
     assert tool_results(done) == ["charged 50"]  # the replaced input stays with the call
     assert seen[1:] == [(50, True, "check again", '{"amount": 500}'), (50, True, "go", '{"amount": 500}')]
     assert [d.verb for d in decisions(again) + decisions(done)] == ["restarted", "restarted"]

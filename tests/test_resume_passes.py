@@ -51,12 +51,15 @@ async def test_one_answer_approves_one_pass_only():
     with pytest.raises(GraphInterrupted) as second:  # the next pass pauses again: a fresh approval
         await app.ainvoke(None, checkpoint_id="loop", resume={ctx.id: "yes"})
     (again,) = second.value.info.contexts
-    assert again.id == ctx.id and again.info == {"round": 1}
+    assert again.id != ctx.id and again.info == {"round": 1}  # a new pause has a new ID
     # pass 0 re-ran as the target with its own saved state; pass 1 saw neither that state nor the answer
     assert seen[1:] == [(0, True, "state-of-0", True, "yes"), (1, False, None, False, None)]
-    with pytest.raises(GraphInterrupted):
+    with pytest.raises(UnknownInterrupt):  # the first answer, delivered again, approves nothing
         await app.ainvoke(None, checkpoint_id="loop", resume={ctx.id: "yes"})
-    assert await app.ainvoke(None, checkpoint_id="loop", resume={ctx.id: "yes"}) == 3
+    with pytest.raises(GraphInterrupted) as third:
+        await app.ainvoke(None, checkpoint_id="loop", resume={again.id: "yes"})
+    (last,) = third.value.info.contexts
+    assert await app.ainvoke(None, checkpoint_id="loop", resume={last.id: "yes"}) == 3
     assert [s[0] for s in seen if s[3]] == [0, 1, 2]  # three passes, three answers
 
 

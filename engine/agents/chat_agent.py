@@ -172,13 +172,27 @@ class ChatModelAgent:
 
 
 def _with_call_ids(message: Message, iteration: int) -> Message:
-    """Every tool call gets an ID (a deterministic one when the model gave none) and loses its stream
-    index: the ID is part of the call's interrupt address and of its ledger key."""
+    """Every tool call gets an ID of its own and loses its stream index. The model's ID is kept when it is
+    short printable ASCII and unique in the message; a missing, repeated or odd one (controls, bidi,
+    surrogates, huge) is replaced by ours, so the conversation sent back stays valid and no two calls can
+    be mistaken for each other (the tools node tells calls apart by position anyway)."""
     if not message.tool_calls:
         return message
-    calls = tuple(ToolCall(id=c.id or f"call_{iteration}_{i}", name=c.name, arguments=c.arguments)
-                  for i, c in enumerate(message.tool_calls))
-    return message.model_copy(update={"tool_calls": calls})
+    seen: set[str] = set()
+    calls = []
+    for i, c in enumerate(message.tool_calls):
+        call_id = c.id
+        if not _plain_id(call_id) or call_id in seen:
+            call_id = f"call_{iteration}_{i}"
+            while call_id in seen or any(o.id == call_id for o in message.tool_calls[i + 1:]):
+                call_id += "_"
+        seen.add(call_id)
+        calls.append(ToolCall(id=call_id, name=c.name, arguments=c.arguments))
+    return message.model_copy(update={"tool_calls": tuple(calls)})
+
+
+def _plain_id(call_id: str | None) -> bool:
+    return bool(call_id) and len(call_id) <= 128 and call_id.isascii() and call_id.isprintable()
 
 
 async def _call(hook: Any, *args: Any) -> Any:

@@ -205,14 +205,18 @@ class Runner:
                       ) -> AsyncIterator[AgentEvent]:
         live = _Live(self.agent.name, self.streaming)
         events = self.app.aevents(input, callbacks=[live, *self.callbacks, *callbacks], streaming=False, **options)
+        started = False
         try:
             async for event in events:
+                started = True  # the first event is the claim (or, unstored, the first node): the run is on
                 for out in live.translate(event):
                     yield out
         except GraphInterrupted:
             return  # already announced as an action, after the pause was saved
         except Exception as err:
             live.close_all()
+            if not started:  # nothing ran (refused, lost the compare-and-set, unknown ID): impossible to miss
+                raise
             yield AgentEvent(agent_name=self.agent.name, error=err)
             return
         finally:
@@ -233,7 +237,7 @@ class _Live:
         self.streaming = streaming
         self.model_stream: _Stream | None = None
         self.model_streams: deque[_Stream] = deque()
-        self.tool_streams: dict[str, _Stream] = {}
+        self.tool_streams: dict[str, _Stream] = {}  # by ToolEvent.ref: a model may repeat call IDs
         self.announced: set[str] = set()
 
     # --- inside the run ---------------------------------------------------------------------------
@@ -252,12 +256,12 @@ class _Live:
 
     def _feed_tool(self, data: ToolEvent) -> None:
         if data.kind == "stop":
-            if data.call_id in self.tool_streams:
-                self.tool_streams[data.call_id].close()
+            if data.ref in self.tool_streams:
+                self.tool_streams[data.ref].close()
             return
         if data.kind not in ("chunk", "end"):
             return
-        stream = self.tool_streams.setdefault(data.call_id, _Stream())
+        stream = self.tool_streams.setdefault(data.ref, _Stream())
         if data.kind == "chunk":
             stream.put(Message.tool(data.data, tool_call_id=data.call_id, name=data.name))
         else:
@@ -306,10 +310,10 @@ class _Live:
         if data.kind == "start" and data.rerun:
             out.append(self._event(action=AgentAction(rerun=ToolRerun(
                 name=data.name, call_id=data.call_id, idempotency_key=data.idempotency_key))))
-        if self.streaming and data.kind in ("chunk", "end") and data.call_id not in self.announced:
-            self.announced.add(data.call_id)  # at its first chunk (live), or at its end if it has none
+        if self.streaming and data.kind in ("chunk", "end") and data.ref not in self.announced:
+            self.announced.add(data.ref)  # at its first chunk (live), or at its end if it has none
             out.append(self._event(output=AgentOutput(role="tool", tool_name=data.name,
-                                                      stream=self.tool_streams[data.call_id])))
+                                                      stream=self.tool_streams[data.ref])))
         elif data.kind == "end" and not self.streaming:
             out.append(self._event(output=AgentOutput(role="tool", tool_name=data.name, message=data.data)))
         return out

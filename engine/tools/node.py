@@ -17,25 +17,41 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..interrupts import CompositeInterrupt, Interrupt, StatefulInterrupt
+from ..errors import CheckpointConflict
+from ..interrupts import CompositeInterrupt, Interrupt
 from ..models.schema import Message, ToolCall, ToolInfo
-from ..resume import address_segment, get_interrupt_state, get_resume_context
-from ..task import TaskLedger, current_checkpoint_id, emit_chunk, idempotency_key, task_ledger
+from ..resume import address_segment, escape_part, get_interrupt_state, get_resume_context, pause_again
+from ..task import (
+    TaskLedger,
+    check_lease,
+    current_checkpoint_id,
+    emit_chunk,
+    idempotency_key,
+    ledger_epoch,
+    task_ledger,
+)
 from .tool import RetryAgentRun, StopAgentRun, Tool, ToolArgumentError, ToolContext, _text, as_tool
 from .verbs import Decision, Respond, Restart
 
 __all__ = ["ToolsNode", "ToolBatch", "ToolEvent"]
+
+_STATE = 2
+"""The paused state's format: 2 keys calls by slot (position and ID); 1 keyed them by the model's ID."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class ToolEvent:
     """What the tools node publishes live (`emit_chunk`) about one call: it started (`data`: the
     arguments), produced a chunk of text, was decided on (`data`: a `Decision`), ended (`data`: the
-    tool `Message`), or stopped without a result (it paused or failed; `data`: the exception)."""
+    tool `Message`), or stopped without a result (it paused or failed; `data`: the exception).
+
+    `call_id` is the model's; `index` is the call's position in its message and `ref` is unique to this
+    execution of the call — a model may repeat IDs, so consumers pair events by `ref`."""
 
     kind: Literal["start", "chunk", "end", "stop", "decision"]
     call_id: str
@@ -43,6 +59,8 @@ class ToolEvent:
     data: Any = None
     rerun: bool = False
     idempotency_key: str = ""
+    index: int = 0
+    ref: str = ""
 
 
 @dataclass(kw_only=True)
@@ -56,16 +74,31 @@ class ToolBatch:
     """What resumes decided about paused calls in this batch (approved, rejected, responded, restarted)."""
 
 
+@dataclass(frozen=True)
+class _Call:
+    """One call of the batch: the model's call, its position, and the slot that identifies it here.
+
+    The slot (`<position>:<escaped ID>`) is minted by us: two calls never share it, whatever IDs the model
+    wrote — it keys the ledger, the paused state, and (through the address) interrupts and idempotency keys.
+    """
+
+    call: ToolCall
+    index: int
+    slot: str
+    ref: str
+
+
 @dataclass
 class _Step:
-    """What this step already knows: finished results (ledger, pause state) and paused calls."""
+    """What this step already knows: finished results (ledger, pause state) and paused calls, by slot."""
 
     ledger: TaskLedger | None
     done: dict[str, list[Any]]
     paused: dict[str, Any]
     started: set[str]
-    keys: dict[str, str]
-    """Idempotency keys of paused calls: a call keeps its key when a resume runs it in a later step."""
+    keys: dict[str, Any]
+    """The ledger epoch each paused call got its idempotency key in: a call keeps its key when a resume
+    runs it in a later step (a key stored by format 1 is kept as it was)."""
     decisions: list[Decision] = field(default_factory=list)
     inputs: dict[str, str] = field(default_factory=dict)
     """Arguments a `Restart` replaced, for calls that paused again: the next pass keeps them."""
@@ -95,11 +128,12 @@ class ToolsNode:
         return (await self.run(message)).messages
 
     async def run(self, message: Message) -> ToolBatch:
-        calls = list(message.tool_calls) if isinstance(message, Message) else []
-        if not calls:
+        tool_calls = list(message.tool_calls) if isinstance(message, Message) else []
+        if not tool_calls:
             raise ValueError("the tools node got a message without tool calls; route to it only when the "
                              "assistant asked for tools")
-        step = await self._step()
+        calls = [_Call(c, i, f"{i}:{escape_part(c.id)}", os.urandom(6).hex()) for i, c in enumerate(tool_calls)]
+        step = await self._step(calls)
         if self.sequential:
             outcomes = []
             for call in calls:
@@ -113,113 +147,132 @@ class ToolsNode:
             outcomes = await asyncio.gather(*(self._one(c, step) for c in calls), return_exceptions=True)
         return self._finish(calls, outcomes, step)
 
-    async def _step(self) -> _Step:
+    async def _step(self, calls: list[_Call]) -> _Step:
         ledger = task_ledger()
         recorded = await ledger.recorded() if ledger is not None else {}
+        # A paused state of format 1 keyed calls by the model's ID: read it by the first call with that ID
+        # (format 1 could not tell two calls with one ID apart anyway).
+        legacy = {}
+        for c in reversed(calls):
+            legacy[c.call.id] = c.slot
         _, _, saved = get_interrupt_state()
         saved = saved if isinstance(saved, dict) else {}
-        done = {k: list(v) for k, v in (saved.get("done") or {}).items()}
-        for key, value in recorded.items():
-            if key.startswith("result:"):
-                done.setdefault(key[7:], list(value))
-        started = {key[6:] for key in recorded if key.startswith("start:")}
-        return _Step(ledger=ledger, done=done, paused=dict(saved.get("paused") or {}), started=started,
-                     keys=dict(saved.get("keys") or {}), decisions=list(saved.get("decisions") or []),
-                     inputs=dict(saved.get("inputs") or {}))
+        by_slot = (lambda k: k) if saved.get("v") == _STATE else legacy.get
 
-    def _finish(self, calls: list[ToolCall], outcomes: list[Any], step: _Step) -> ToolBatch:
+        def keyed(name: str) -> dict[str, Any]:
+            return {s: v for k, v in (saved.get(name) or {}).items() if (s := by_slot(k)) is not None}
+
+        done = {k: list(v) for k, v in keyed("done").items()}
+        started = set()
+        for key, value in recorded.items():
+            kind, _, slot = key.partition(":")
+            if kind == "result":
+                done.setdefault(slot, list(value))
+            elif kind == "start":
+                started.add(slot)
+        return _Step(ledger=ledger, done=done, paused=keyed("paused"), started=started,
+                     keys=keyed("keys"), decisions=list(saved.get("decisions") or []), inputs=keyed("inputs"))
+
+    def _finish(self, calls: list[_Call], outcomes: list[Any], step: _Step) -> ToolBatch:
         errors = [o for o in outcomes if isinstance(o, BaseException) and not isinstance(o, Interrupt)]
         if errors:
             raise errors[0]
         paused = [(c, o) for c, o in zip(calls, outcomes) if isinstance(o, Interrupt)]
-        finished = {c.id: o for c, o in zip(calls, outcomes) if not isinstance(o, BaseException)}
+        finished = {c.slot: o for c, o in zip(calls, outcomes) if not isinstance(o, BaseException)}
         if paused:
             raise CompositeInterrupt(
-                {"paused_tool_calls": [c.id for c, _ in paused]},
-                {"done": finished, "paused": {c.id: o.info for c, o in paused},
-                 "keys": {c.id: step.keys[c.id] for c, _ in paused if c.id in step.keys},
-                 "inputs": {c.id: step.inputs[c.id] for c, _ in paused if c.id in step.inputs},
+                {"paused_tool_calls": [c.call.id for c, _ in paused]},
+                {"v": _STATE, "done": finished, "paused": {c.slot: o.info for c, o in paused},
+                 "keys": {c.slot: step.keys[c.slot] for c, _ in paused if c.slot in step.keys},
+                 "inputs": {c.slot: step.inputs[c.slot] for c, _ in paused if c.slot in step.inputs},
                  "decisions": list(step.decisions)},
                 [o for _, o in paused],
             )
         stop = next((content for content, stopped in finished.values() if stopped), None)
-        messages = [Message.tool(finished[c.id][0], tool_call_id=c.id, name=c.name) for c in calls]
-        return ToolBatch(messages=messages, stop=stop, names=[c.name for c in calls], decisions=list(step.decisions))
+        messages = [Message.tool(finished[c.slot][0], tool_call_id=c.call.id, name=c.call.name) for c in calls]
+        return ToolBatch(messages=messages, stop=stop, names=[c.call.name for c in calls],
+                         decisions=list(step.decisions))
 
-    async def _one(self, call: ToolCall, step: _Step) -> list[Any]:
+    def _event(self, c: _Call, kind: str, **fields: Any) -> ToolEvent:
+        return ToolEvent(kind=kind, call_id=c.call.id, name=c.call.name, index=c.index, ref=c.ref,  # type: ignore[arg-type]
+                         **fields)
+
+    async def _one(self, c: _Call, step: _Step) -> list[Any]:
         """[content, stopped] for one call, or raises its pause."""
-        if call.id in step.done:  # finished before a pause or a crash: its result, announced again
-            outcome = step.done[call.id]
-            await emit_chunk(ToolEvent(kind="end", call_id=call.id, name=call.name,
-                                       data=Message.tool(outcome[0], tool_call_id=call.id, name=call.name)))
+        call = c.call
+        if c.slot in step.done:  # finished before a pause or a crash: its result, announced again
+            outcome = step.done[c.slot]
+            await emit_chunk(self._event(c, "end", data=Message.tool(outcome[0], tool_call_id=call.id, name=call.name)))
             return outcome
-        with address_segment("tool", _segment(call.name or "unknown"), _segment(call.id)):
-            was, has_state, state = get_interrupt_state()
+        with address_segment("tool", call.name, call.id, str(c.index)):
             resumed = False
-            key = step.keys.setdefault(call.id, idempotency_key())
             data = None
-            if was or call.id in step.paused:
+            if c.slot in step.paused:
                 is_target, _, data = get_resume_context()
-                if not is_target:  # not targeted: pause again as it was, without running
-                    info = step.paused.get(call.id)
-                    raise StatefulInterrupt(info, state) if has_state else Interrupt(info)
+                if not is_target:  # not targeted: pause again as it was (same address, ID and state), without running
+                    raise pause_again()
                 resumed = True
+            epoch = step.keys.setdefault(c.slot, ledger_epoch())
             ctx = ToolContext(
                 name=call.name, call_id=call.id, checkpoint_id=current_checkpoint_id(),
-                arguments=step.inputs.get(call.id, call.arguments), idempotency_key=key, resumed=resumed,
-                rerun=call.id in step.started,
-                original_input=call.arguments if call.id in step.inputs else None,
+                arguments=step.inputs.get(c.slot, call.arguments),
+                idempotency_key=epoch if isinstance(epoch, str) else idempotency_key(epoch), resumed=resumed,
+                rerun=c.slot in step.started,
+                original_input=call.arguments if c.slot in step.inputs else None,
             )
             try:
                 if isinstance(data, Respond):  # the resumer supplies the result: the tool does not run
                     ctx.decide("responded")
-                    return await self._record(call, ctx, step, [_text(data.output), False])
+                    return await self._record(c, step, [_text(data.output), False])
                 if isinstance(data, Restart):
-                    self._restart(call, ctx, data, step)
-                return await self._execute(call, ctx, step)
+                    self._restart(c, ctx, data, step)
+                return await self._execute(c, ctx, step)
             finally:  # a decision counts even when the call pauses again
                 if ctx.decision is not None:
                     step.decisions.append(ctx.decision)
-                    await emit_chunk(ToolEvent(kind="decision", call_id=call.id, name=call.name, data=ctx.decision))
+                    await emit_chunk(self._event(c, "decision", data=ctx.decision))
 
     @staticmethod
-    def _restart(call: ToolCall, ctx: ToolContext, data: Restart, step: _Step) -> None:
+    def _restart(c: _Call, ctx: ToolContext, data: Restart, step: _Step) -> None:
         ctx.decide("restarted")
         ctx.resumed_metadata = data.metadata
         if data.replace_input is not None:
-            ctx.original_input = call.arguments
+            ctx.original_input = c.call.arguments
             ctx.arguments = data.replace_input if isinstance(data.replace_input, str) else json.dumps(data.replace_input)
-            step.inputs[call.id] = ctx.arguments
+            step.inputs[c.slot] = ctx.arguments
 
-    async def _execute(self, call: ToolCall, ctx: ToolContext, step: _Step) -> list[Any]:
+    async def _execute(self, c: _Call, ctx: ToolContext, step: _Step) -> list[Any]:
         ledger = step.ledger
-        if ledger is not None and not ctx.rerun:
-            await ledger.record(f"start:{call.id}", True)
-        await emit_chunk(ToolEvent(kind="start", call_id=call.id, name=call.name, data=call.arguments,
-                                   rerun=ctx.rerun, idempotency_key=ctx.idempotency_key))
+        check_lease()  # a process that may have lost the run starts nothing more
+        if ledger is not None and not ctx.rerun and not await ledger.record(f"start:{c.slot}", True):
+            raise CheckpointConflict(
+                f"run '{ctx.checkpoint_id}': tool '{c.call.name}' (call {c.call.id!r}) was started by another "
+                "process that took this run over; this process does not run it")
+        await emit_chunk(self._event(c, "start", data=c.call.arguments, rerun=ctx.rerun,
+                                     idempotency_key=ctx.idempotency_key))
         stopped = False
         try:
-            content = await self._content(call, ctx)
+            content = await self._content(c, ctx)
         except RetryAgentRun as err:
             content = err.message
         except StopAgentRun as err:
             content, stopped = err.message, True
         except BaseException as err:  # it paused or failed: whoever watches its chunks stops waiting
-            await emit_chunk(ToolEvent(kind="stop", call_id=call.id, name=call.name, data=err))
+            await emit_chunk(self._event(c, "stop", data=err))
             raise
-        return await self._record(call, ctx, step, [content, stopped])
+        return await self._record(c, step, [content, stopped])
 
-    async def _record(self, call: ToolCall, ctx: ToolContext, step: _Step, outcome: list[Any]) -> list[Any]:
-        """The call is done: ledger, decision and result events."""
-        content = outcome[0]
+    async def _record(self, c: _Call, step: _Step, outcome: list[Any]) -> list[Any]:
+        """The call is done: ledger, then its result event."""
         ledger = step.ledger
         if ledger is not None:
-            await ledger.record(f"result:{call.id}", outcome)
-        await emit_chunk(ToolEvent(kind="end", call_id=call.id, name=call.name,
-                                   data=Message.tool(content, tool_call_id=call.id, name=call.name)))
+            await ledger.record(f"result:{c.slot}", outcome)
+        await emit_chunk(self._event(c, "end", data=Message.tool(outcome[0], tool_call_id=c.call.id,
+                                                                 name=c.call.name)))
         return outcome
 
-    async def _content(self, call: ToolCall, ctx: ToolContext) -> str:
+    async def _content(self, c: _Call, ctx: ToolContext) -> str:
+        call = c.call
         tool = self.tools.get(call.name)
         if tool is None:
             return await self._unknown(call)
@@ -241,7 +294,7 @@ class ToolsNode:
         pieces = []
         async for piece in stream(args):
             pieces.append(piece)
-            await emit_chunk(ToolEvent(kind="chunk", call_id=call.id, name=call.name, data=piece))
+            await emit_chunk(self._event(c, "chunk", data=piece))
         return "".join(pieces)
 
     async def _unknown(self, call: ToolCall) -> str:
@@ -264,9 +317,3 @@ def _streamable(tool: Tool, ctx: ToolContext) -> Callable[[str], AsyncIterator[s
         return tool.stream(args_json, ctx)
 
     return endpoint
-
-
-def _segment(text: str) -> str:
-    """Address parts may not hold ';' or ':' (a server's call IDs sometimes do)."""
-    return text.replace(";", "_").replace(":", "_")
-

@@ -28,7 +28,15 @@ from .graph import END, START, Graph
 from .interrupts import CompositeInterrupt, Interrupt, InterruptCtx, InterruptInfo, StatefulInterrupt
 from .merge import register_merge
 from .nodes import Component, Lambda
-from .resume import address_segment, get_interrupt_info, get_interrupt_state, get_resume_context, segment_of
+from .resume import (
+    address_segment,
+    get_interrupt_id,
+    get_interrupt_info,
+    get_interrupt_state,
+    get_resume_context,
+    pause_again,
+    segment_of,
+)
 from .retry import RetryPolicy
 from .store import Checkpoint, CheckpointMeta, CheckPointStore
 from .streams import register_concat
@@ -92,6 +100,8 @@ __all__ = [
     "Checkpoint",
     "get_interrupt_state",
     "get_interrupt_info",
+    "get_interrupt_id",
+    "pause_again",
     "get_resume_context",
     "address_segment",
     "segment_of",

@@ -28,12 +28,13 @@ from waypoint.engine import (
     StatefulInterrupt,
     ToolContext,
     WaypointError,
+    get_interrupt_id,
     get_interrupt_info,
     get_interrupt_state,
     get_resume_context,
     register_type,
 )
-from waypoint.engine.resume import get_interrupt_id
+
 
 __all__ = ["ApprovalMiddleware", "ApprovalInfo", "ApprovalResult", "ApprovalError"]
 

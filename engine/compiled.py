@@ -141,11 +141,15 @@ class CompiledGraph:
     async def aevents(self, input: Any, *, callbacks: Sequence[Any] = (), streaming: bool = True,
                       **options: Any) -> AsyncIterator[Event]:
         """Run the graph and yield every node-level `Event` (start, chunk, end, error, interrupt,
-        checkpoint). Takes the options of `ainvoke`; ends by raising what the run raised."""
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        run = self._run(input, options, emitter=Emitter(callbacks, sink=queue.put_nowait),
+        checkpoint). Takes the options of `ainvoke`; ends by raising what the run raised.
+
+        At most `EVENT_BUFFER` events other than chunks wait for the consumer: a consumer that stops reading
+        (but keeps the iterator) holds the run at its next such event, so memory stays bounded by that and the
+        chunks of the node in progress (part of its output anyway); the run keeps its lease meanwhile."""
+        buffer = _EventBuffer(EVENT_BUFFER)
+        run = self._run(input, options, emitter=Emitter(callbacks, sink=buffer.put),
                         streaming=streaming, sink=None)
-        async with contextlib.aclosing(_drain(run, queue)) as items:
+        async with contextlib.aclosing(_drain(run, buffer)) as items:
             async for item in items:
                 yield item
 
@@ -187,6 +191,30 @@ class CompiledGraph:
                       ((b.source, b.ends) for b in shape.branches))
 
 
+EVENT_BUFFER = 1000
+"""How many events `aevents()` holds for a consumer that has not read them yet."""
+
+
+class _EventBuffer(asyncio.Queue):
+    """The events waiting for an `aevents()` consumer: a chunk never waits (a live stream must reach its
+    reader, who may be waiting for its end); any other event waits while `limit` of them are unread."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self._space = asyncio.Semaphore(limit)
+
+    async def put(self, event: Any) -> None:
+        if event.kind != "chunk":
+            await self._space.acquire()
+        self.put_nowait(event)
+
+    def get_nowait(self) -> Any:
+        event = super().get_nowait()
+        if event.kind != "chunk":
+            self._space.release()
+        return event
+
+
 async def _drain(run: Any, queue: asyncio.Queue[Any]) -> AsyncIterator[Any]:
     """Yield what the run puts on `queue` while it runs; then re-raise what the run raised.
 
@@ -213,6 +241,10 @@ async def _drain(run: Any, queue: asyncio.Queue[Any]) -> AsyncIterator[Any]:
             getter.cancel()
         if not task.done():
             task.cancel()
+            while not task.done():  # nobody reads any more: drop what the stopping run still emits
+                while not queue.empty():
+                    queue.get_nowait()
+                await asyncio.wait((task,), timeout=0.05)
             await asyncio.gather(task, return_exceptions=True)
 
 

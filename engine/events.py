@@ -9,7 +9,7 @@ should be noticed, not hidden).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -49,7 +49,7 @@ class Emitter:
 
     __slots__ = ("_hooks", "_sink", "active")
 
-    def __init__(self, handlers: Sequence[Any] = (), sink: Callable[[Event], None] | None = None) -> None:
+    def __init__(self, handlers: Sequence[Any] = (), sink: Callable[[Event], Awaitable[None]] | None = None) -> None:
         hooks: dict[str, list[tuple[Callable, bool]]] = {}
         for handler in handlers:
             for kind, name in _HOOK.items():
@@ -70,4 +70,4 @@ class Emitter:
             else:
                 fn(event)
         if self._sink is not None:
-            self._sink(event)
+            await self._sink(event)

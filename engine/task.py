@@ -11,13 +11,16 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from .events import Event
 from .scope import current_task
 
 __all__ = ["emit_chunk", "task_ledger", "TaskLedger", "current_checkpoint_id", "current_version", "idempotency_key",
-           "ledger_epoch", "check_lease"]
+           "ledger_epoch", "check_lease", "Attempts", "collecting_attempts", "start_over"]
 
 
 async def emit_chunk(data: Any) -> None:
@@ -76,6 +79,46 @@ class TaskLedger:
             f"run '{self.checkpoint_id}': tool-ledger entry {key[-80:]!r} (page {self.epoch}) was written for "
             "another run, page or call; the call's result is refused — restore the database from a backup "
             "or delete this run")
+
+
+class Attempts:
+    """The attempts of one model or tool call whose output is being collected: `number` counts them, and
+    everything produced under an earlier number is void (a retry middleware started the call over)."""
+
+    def __init__(self, on_retry: Callable[[], Awaitable[None]] | None = None) -> None:
+        self.number = 1
+        self._on_retry = on_retry
+
+    async def retry(self) -> None:
+        self.number += 1
+        if self._on_retry is not None:
+            await self._on_retry()
+
+
+_ATTEMPTS: ContextVar[Attempts | None] = ContextVar("waypoint_attempts", default=None)
+
+
+@contextmanager
+def collecting_attempts(on_retry: Callable[[], Awaitable[None]] | None = None) -> Iterator[Attempts]:
+    """Collect the output of one call: code that starts the call over (`start_over()`) bumps the number,
+    and `on_retry` runs at once (to tell a live consumer that what it saw is void)."""
+    attempts = Attempts(on_retry)
+    token = _ATTEMPTS.set(attempts)
+    try:
+        yield attempts
+    finally:
+        try:
+            _ATTEMPTS.reset(token)
+        except ValueError:  # reset from another context (an async generator closed elsewhere)
+            _ATTEMPTS.set(None)
+
+
+async def start_over() -> None:
+    """Called by a retry before it tries the current model or tool call again: what the call produced so
+    far is void — neither stored, nor executed, nor the result (a no-op outside a collected call)."""
+    attempts = _ATTEMPTS.get()
+    if attempts is not None:
+        await attempts.retry()
 
 
 def check_lease() -> None:

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from waypoint.engine import AgentMiddleware, ModelError, RetryNotice, RetryPolicy, ToolContext, emit_chunk
+from waypoint.engine.task import start_over
 
 __all__ = ["ToolRetryMiddleware", "ModelRetryMiddleware", "transient"]
 
@@ -35,6 +36,7 @@ class _Retrying:
         delay = self.policy.delay(attempt)
         await emit_chunk(RetryNotice(what=what, name=name, attempt=attempt, error=f"{type(err).__name__}: {err}",
                                      delay=delay))
+        await start_over()  # what the failed attempt produced is void: not stored, not run, not the result
         await asyncio.sleep(delay)
         return True
 

@@ -22,7 +22,7 @@ from ..graph import Graph
 from ..models.base import ChatModel, ToolChoice
 from ..models.schema import Message, ToolCall, as_messages, concat_messages
 from ..serde import register_type
-from ..task import current_checkpoint_id, emit_chunk
+from ..task import collecting_attempts, current_checkpoint_id, emit_chunk
 from ..tools.node import ToolsNode
 from ..tools.verbs import Decision
 from .middleware import AgentContext
@@ -81,6 +81,12 @@ class ChatModelAgent:
     def compile(self, *, streaming: bool = False, **options: Any) -> Any:
         """The agent's graph, compiled (`store=`, `durability=`, `lease_seconds=`, `serializer=` ...)."""
         options.setdefault("max_steps", 2 * self.max_iterations + 4)
+        durability = options.get("durability")
+        if options.get("store") is not None and durability not in (None, "step") and self.tools_node.tools:
+            raise GraphBuildError(
+                f"agent '{self.name}': durability={durability!r} keeps no tool ledger, so a resume after a failed "
+                "or cancelled tools step would run its finished calls again; agents with tools take "
+                "durability='step' (the default with a store)")
         return self._build(streaming).compile(**options)
 
     def to_mermaid(self) -> str:
@@ -152,10 +158,11 @@ class ChatModelAgent:
         if not streaming:
             return await model.generate(list(state.messages), tools=tools, tool_choice=choice)
         chunks = []
-        async for chunk in model.stream(list(state.messages), tools=tools, tool_choice=choice):
-            chunks.append(chunk)
-            await emit_chunk(chunk)  # live, while the model is still producing the rest
-        return concat_messages(chunks)
+        with collecting_attempts() as attempts:  # a retry voids the chunks of the attempts before it
+            async for chunk in model.stream(list(state.messages), tools=tools, tool_choice=choice):
+                chunks.append((attempts.number, chunk))
+                await emit_chunk(chunk)  # live, while the model is still producing the rest
+            return concat_messages([chunk for n, chunk in chunks if n == attempts.number])
 
     async def _tools(self, message: Message, state: AgentState) -> Message:
         """Run the calls; their results join the conversation. Returns the message the run would end with."""

@@ -36,11 +36,13 @@ class _Stream:
 
     _END = object()
 
-    def __init__(self) -> None:
+    def __init__(self, opened_by: Any = None) -> None:
         self._queue: asyncio.Queue[Any] = asyncio.Queue()
         self.seen: list[Message] = []
         self.closed = False
         self.first: Message | None = None
+        self.opened_by = opened_by
+        """The engine event whose chunk opened this stream: how the consumer pairs announcements with streams."""
 
     def put(self, chunk: Message) -> None:
         if self.first is None:
@@ -153,7 +155,7 @@ class Runner:
             last = await self.app.get_run(checkpoint_id)
             usable = last is not None and last.state is not None and (force_new_run or last.meta.status == "completed")
             if usable:
-                history = list(last.state.messages)
+                history = _close_abandoned(list(last.state.messages))
         options = {"checkpoint_id": checkpoint_id, "force_new_run": force_new_run}
         async with contextlib.aclosing(self._events([*history, *as_messages(messages)], options, callbacks)) as events:
             async for event in events:  # closing this iterator (or cancelling its consumer) cancels the run
@@ -237,8 +239,10 @@ class _Live:
         self.streaming = streaming
         self.model_stream: _Stream | None = None
         self.model_streams: deque[_Stream] = deque()
-        self.tool_streams: dict[str, _Stream] = {}  # by ToolEvent.ref: a model may repeat call IDs
-        self.announced: set[str] = set()
+        # per call execution (ToolEvent.ref — a model may repeat call IDs): the stream being fed, and the
+        # streams opened and not yet announced, in order (a void starts a new one)
+        self.tool_stream: dict[str, _Stream] = {}
+        self.tool_streams: dict[str, deque[_Stream]] = {}
 
     # --- inside the run ---------------------------------------------------------------------------
 
@@ -255,19 +259,23 @@ class _Live:
             self._feed_tool(data)
 
     def _feed_tool(self, data: ToolEvent) -> None:
-        if data.kind == "stop":
-            if data.ref in self.tool_streams:
-                self.tool_streams[data.ref].close()
+        current = self.tool_stream.get(data.ref)
+        if data.kind in ("stop", "void"):  # paused or failed; or what it streamed is void (a new stream follows)
+            if current is not None:
+                current.close()
             return
         if data.kind not in ("chunk", "end"):
             return
-        stream = self.tool_streams.setdefault(data.ref, _Stream())
+        if current is None or current.closed:
+            current = self.tool_stream[data.ref] = _Stream(opened_by=data)
+            self.tool_streams.setdefault(data.ref, deque()).append(current)
         if data.kind == "chunk":
-            stream.put(Message.tool(data.data, tool_call_id=data.call_id, name=data.name))
+            current.put(Message.tool(data.data, tool_call_id=data.call_id, name=data.name))
         else:
-            if stream.first is None:  # an invokable tool: its result is one chunk
-                stream.put(data.data)
-            stream.close()
+            if current.first is None:  # an invokable tool (or a voided stream's result): one chunk
+                current.put(data.data)
+            current.close()
+            del self.tool_stream[data.ref]
 
     def on_interrupt(self, event: Event) -> None:
         if event.node_path == ():  # the run paused: nothing more comes for any open stream
@@ -281,7 +289,8 @@ class _Live:
         self.close_all()
 
     def close_all(self) -> None:
-        for stream in (self.model_stream, *self.model_streams, *self.tool_streams.values()):
+        tools = [s for q in self.tool_streams.values() for s in q]
+        for stream in (self.model_stream, *self.model_streams, *self.tool_stream.values(), *tools):
             if stream is not None:
                 stream.close()
 
@@ -310,16 +319,37 @@ class _Live:
         if data.kind == "start" and data.rerun:
             out.append(self._event(action=AgentAction(rerun=ToolRerun(
                 name=data.name, call_id=data.call_id, idempotency_key=data.idempotency_key))))
-        if self.streaming and data.kind in ("chunk", "end") and data.ref not in self.announced:
-            self.announced.add(data.ref)  # at its first chunk (live), or at its end if it has none
-            out.append(self._event(output=AgentOutput(role="tool", tool_name=data.name,
-                                                      stream=self.tool_streams[data.ref])))
+        waiting = self.tool_streams.get(data.ref) if self.streaming else None
+        if waiting and waiting[0].opened_by is data:  # at its first chunk (live), or at its end if it has none
+            out.append(self._event(output=AgentOutput(role="tool", tool_name=data.name, stream=waiting.popleft())))
         elif data.kind == "end" and not self.streaming:
             out.append(self._event(output=AgentOutput(role="tool", tool_name=data.name, message=data.data)))
         return out
 
     def _event(self, **fields: Any) -> AgentEvent:
         return AgentEvent(agent_name=self.agent, **fields)
+
+
+ABANDONED = "[abandoned] this call did not run: its turn was abandoned (force_new_run) before it finished"
+"""The result given to a tool call of an abandoned turn, so the conversation stays valid for the model."""
+
+
+def _close_abandoned(messages: list[Message]) -> list[Message]:
+    """Every tool call gets a tool message: calls an abandoned turn left unanswered get `ABANDONED`, right
+    after the answers their message did get (chat-completions servers refuse a history without them)."""
+    out: list[Message] = []
+    open_calls: list[Any] = []
+    for message in messages:
+        if message.role != "tool" and open_calls:
+            out.extend(Message.tool(ABANDONED, tool_call_id=c.id, name=c.name) for c in open_calls)
+            open_calls = []
+        out.append(message)
+        if message.role == "assistant" and message.tool_calls:
+            open_calls = list(message.tool_calls)
+        elif message.role == "tool":
+            open_calls = [c for c in open_calls if c.id != message.tool_call_id]
+    out.extend(Message.tool(ABANDONED, tool_call_id=c.id, name=c.name) for c in open_calls)
+    return out
 
 
 async def _collect(events: AsyncIterator[AgentEvent]) -> list[AgentEvent]:

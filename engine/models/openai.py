@@ -21,7 +21,7 @@ from ..errors import ModelError
 from ._openai_errors import model_error
 from ._openai_wire import chunks_from_delta, message_from_completion, request_messages, request_tools
 from .base import ToolChoice
-from .schema import Message, ToolInfo
+from .schema import Message, ToolInfo, tool_infos
 
 __all__ = ["OpenAIChatModel"]
 
@@ -101,7 +101,8 @@ class OpenAIChatModel:
 
     def _request(self, messages: Sequence[Message], tools: Sequence[ToolInfo] | None,
                  tool_choice: ToolChoice) -> dict[str, Any]:
-        names = [t.name for t in tools or ()]
+        tools = tool_infos(tools)  # a Tool made by @tool is offered by its ToolInfo
+        names = [t.name for t in tools]
         if tool_choice not in ("auto", "required", "none") and tool_choice not in names:
             raise ModelError(f"model '{self.name}' at {self.server}: tool_choice names tool '{tool_choice}', "
                              f"but the tools offered are {names}; offer it or choose 'auto'", model=self.name)

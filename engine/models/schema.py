@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from ..serde import register_type
 from ..streams import register_concat
 
-__all__ = ["Message", "ToolCall", "Usage", "Role", "ToolInfo", "concat_messages", "as_messages"]
+__all__ = ["Message", "ToolCall", "Usage", "Role", "ToolInfo", "concat_messages", "as_messages", "tool_infos"]
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -88,6 +88,17 @@ class ToolInfo(BaseModel):
     name: str
     description: str = ""
     parameters: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+def tool_infos(tools: Iterable[Any] | None) -> list[ToolInfo]:
+    """What a model is told about `tools`: each a `ToolInfo`, or anything carrying one as `.info` (a `Tool`)."""
+    infos = []
+    for t in tools or ():
+        info = t if isinstance(t, ToolInfo) else getattr(t, "info", None)
+        if not isinstance(info, ToolInfo):
+            raise TypeError(f"tools= takes ToolInfo or Tool objects (made by @tool), got {type(t).__name__}")
+        infos.append(info)
+    return infos
 
 
 def concat_messages(chunks: Sequence[Message]) -> Message:

@@ -4,7 +4,8 @@ Per call, in order: a finished call's result is taken from the task ledger or th
 (never run again); a paused call the resume did not target pauses again with its ID and state; bad
 arguments or an unknown tool become an error result for the model; otherwise the tool runs through the
 middlewares (first = outermost), a start marker and then the result going to the ledger the moment
-each exists. Calls run concurrently unless `sequential=True`; results keep call order.
+each exists. Calls run concurrently unless `sequential=True`, which runs them in order and stops at the
+first pause or failure (the calls after it wait, unstarted); results keep call order.
 
 Pauses of several calls become one `CompositeInterrupt` (one root cause per call) whose state holds the
 results of the calls that finished. A tool error other than `RetryAgentRun` / `StopAgentRun` fails the
@@ -30,6 +31,7 @@ from ..task import (
     TaskLedger,
     check_lease,
     current_checkpoint_id,
+    collecting_attempts,
     emit_chunk,
     idempotency_key,
     ledger_epoch,
@@ -48,12 +50,14 @@ _STATE = 2
 class ToolEvent:
     """What the tools node publishes live (`emit_chunk`) about one call: it started (`data`: the
     arguments), produced a chunk of text, was decided on (`data`: a `Decision`), ended (`data`: the
-    tool `Message`), or stopped without a result (it paused or failed; `data`: the exception).
+    tool `Message`), stopped without a result (it paused or failed; `data`: the exception), or voided the
+    chunks it produced so far (a retry started it over, or it raised `RetryAgentRun` / `StopAgentRun`:
+    the result is what follows, not what came before).
 
     `call_id` is the model's; `index` is the call's position in its message and `ref` is unique to this
     execution of the call — a model may repeat IDs, so consumers pair events by `ref`."""
 
-    kind: Literal["start", "chunk", "end", "stop", "decision"]
+    kind: Literal["start", "chunk", "end", "stop", "decision", "void"]
     call_id: str
     name: str
     data: Any = None
@@ -134,15 +138,14 @@ class ToolsNode:
                              "assistant asked for tools")
         calls = [_Call(c, i, f"{i}:{escape_part(c.id)}", os.urandom(6).hex()) for i, c in enumerate(tool_calls)]
         step = await self._step(calls)
-        if self.sequential:
+        if self.sequential:  # in order; the first pause or failure stops the batch: later calls wait, unstarted
             outcomes = []
             for call in calls:
                 try:
                     outcomes.append(await self._one(call, step))
-                except BaseException as err:  # noqa: BLE001 - sorted out below, after every call had its turn
-                    if isinstance(err, asyncio.CancelledError):
-                        raise
+                except (Exception, Interrupt) as err:
                     outcomes.append(err)
+                    break
         else:
             outcomes = await asyncio.gather(*(self._one(c, step) for c in calls), return_exceptions=True)
         return self._finish(calls, outcomes, step)
@@ -177,6 +180,7 @@ class ToolsNode:
         errors = [o for o in outcomes if isinstance(o, BaseException) and not isinstance(o, Interrupt)]
         if errors:
             raise errors[0]
+        # zip stops at the outcomes: calls a sequential batch did not reach are neither paused nor finished
         paused = [(c, o) for c, o in zip(calls, outcomes) if isinstance(o, Interrupt)]
         finished = {c.slot: o for c, o in zip(calls, outcomes) if not isinstance(o, BaseException)}
         if paused:
@@ -253,10 +257,9 @@ class ToolsNode:
         stopped = False
         try:
             content = await self._content(c, ctx)
-        except RetryAgentRun as err:
-            content = err.message
-        except StopAgentRun as err:
-            content, stopped = err.message, True
+        except (RetryAgentRun, StopAgentRun) as err:  # its message is the result: whatever it streamed is void
+            await emit_chunk(self._event(c, "void"))
+            content, stopped = err.message, isinstance(err, StopAgentRun)
         except BaseException as err:  # it paused or failed: whoever watches its chunks stops waiting
             await emit_chunk(self._event(c, "stop", data=err))
             raise
@@ -272,37 +275,46 @@ class ToolsNode:
         return outcome
 
     async def _content(self, c: _Call, ctx: ToolContext) -> str:
+        """The call's result, through the middlewares (first = outermost); a retry voids earlier chunks."""
         call = c.call
         tool = self.tools.get(call.name)
-        if tool is None:
-            return await self._unknown(call)
         args = ctx.arguments or "{}"
-        try:
-            tool.parse(args)  # before any middleware: nobody approves a call that cannot run
-        except ToolArgumentError as err:
-            return f"[tool error] tool '{call.name}': {err}"
-        if not tool.streams:
-            endpoint: Any = _invokable(tool, ctx)
-            for mw in reversed(self.middlewares):
-                wrap = getattr(mw, "wrap_invokable_tool_call", None)
-                endpoint = wrap(endpoint, ctx) if wrap is not None else endpoint
-            return await endpoint(args)
-        stream: Any = _streamable(tool, ctx)
+        if tool is None:
+            if self.unknown_tool_handler is None:
+                known = ", ".join(sorted(self.tools)) or "none"
+                return f"[tool error] there is no tool named '{call.name}'; the tools are: {known}"
+            endpoint: Any = _handler(self.unknown_tool_handler, call.name)  # guarded like any tool
+        else:
+            try:
+                tool.parse(args)  # before any middleware: nobody approves a call that cannot run
+            except ToolArgumentError as err:
+                return f"[tool error] tool '{call.name}': {err}"
+            endpoint = _streamable(tool, ctx) if tool.streams else _invokable(tool, ctx)
+        kind = "wrap_streamable_tool_call" if tool is not None and tool.streams else "wrap_invokable_tool_call"
         for mw in reversed(self.middlewares):
-            wrap = getattr(mw, "wrap_streamable_tool_call", None)
-            stream = wrap(stream, ctx) if wrap is not None else stream
-        pieces = []
-        async for piece in stream(args):
-            pieces.append(piece)
-            await emit_chunk(self._event(c, "chunk", data=piece))
-        return "".join(pieces)
+            wrap = getattr(mw, kind, None)
+            endpoint = wrap(endpoint, ctx) if wrap is not None else endpoint
 
-    async def _unknown(self, call: ToolCall) -> str:
-        if self.unknown_tool_handler is None:
-            known = ", ".join(sorted(self.tools)) or "none"
-            return f"[tool error] there is no tool named '{call.name}'; the tools are: {known}"
-        result = self.unknown_tool_handler(call.name, call.arguments)
-        return await result if inspect.isawaitable(result) else str(result)
+        async def voided() -> None:
+            await emit_chunk(self._event(c, "void"))
+
+        with collecting_attempts(voided) as attempts:
+            if kind == "wrap_invokable_tool_call":
+                return await endpoint(args)
+            pieces = []
+            async for piece in endpoint(args):
+                pieces.append((attempts.number, piece))
+                await emit_chunk(self._event(c, "chunk", data=piece))
+            return "".join(piece for n, piece in pieces if n == attempts.number)
+
+
+def _handler(handler: Callable[[str, str], Any], name: str) -> Callable[[str], Any]:
+    """`unknown_tool_handler(name, arguments_json)` as an invokable endpoint."""
+    async def endpoint(args_json: str) -> str:
+        result = handler(name, args_json)
+        return _text(await result if inspect.isawaitable(result) else result)
+
+    return endpoint
 
 
 def _invokable(tool: Tool, ctx: ToolContext) -> Callable[[str], Any]:

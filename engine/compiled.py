@@ -19,7 +19,7 @@ from .events import Emitter, Event
 from .interrupts import InterruptInfo
 from .lifecycle import RunOptions, run_graph
 from .mermaid import render
-from .resume import answered_ids, interrupt_info, standing_answers
+from .resume import answered_ids, interrupt_info, retire_failed_answers, standing_answers
 from .shape import GraphShape
 
 __all__ = ["CompiledGraph", "RunSnapshot", "read_run"]
@@ -65,6 +65,7 @@ def _snapshot(loaded: Any) -> RunSnapshot:
     name = structure.get("name") if isinstance(structure, dict) else None
     graph = name if isinstance(name, str) else ""
     address, meta = f"runnable:{graph}", loaded.meta
+    retire_failed_answers(pos, meta.status, address)
     answered = answered_ids(pos, standing_answers(pos, meta.status, meta.error), address)
     return RunSnapshot(meta=meta, state=pos.state, output=pos.output if pos.done else None,
                        pending=tuple(pos.pending), interrupts=interrupt_info(pos, address, answered),

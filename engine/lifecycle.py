@@ -46,6 +46,7 @@ from .resume import (
     awaits_answer,
     interrupt_info,
     pending_interrupt_ids,
+    retire_failed_answers,
     standing_answers,
 )
 from .runner import Run, RunInterrupted
@@ -169,6 +170,7 @@ class _Session:
             raise CheckpointError(f"run '{self.source}' has completed; there is nothing to resume")
         self._check_graph(loaded)
         branch = self.source != self.target or opts.version is not None
+        retire_failed_answers(loaded.position, loaded.meta.status, f"runnable:{self.graph.name}")
         standing = None if branch else standing_answers(loaded.position, loaded.meta.status, loaded.meta.error)
         self._check_resume(loaded, request, standing)
         if standing is not None:  # a resume claimed this run and its process stopped: its answers stand
@@ -186,6 +188,7 @@ class _Session:
     async def _start_new(self, run: Run, input: Any, *, fresh: bool) -> None:
         run.start(input)
         run.pos.ledger = (self.cp.version or 0) + 1  # the claim's version: this run's first ledger page
+        run.pos.lineage = os.urandom(8).hex()  # keys of its own: not another run's on a reused ID or database
         if fresh:  # a new run on an ID that held one: its own created_at (the old versions stay history)
             self.cp.created_at = None
         if self.durability == "step" or self.opts.force_new_run:

@@ -15,8 +15,9 @@ after a step and reading it back in another process is all a resume needs:
 - `released`: nodes whose `interrupt_before` pause a resume has passed; they start without pausing
   again until they finish (stored, so a crash inside a released node does not ask again).
 - `ledger`: the root run's ledger epoch — the version at which the current step began (engine/task.py).
-- `lineage`: empty for a run's own history; a fresh token when a fork (`write_to=`) or time travel
-  (`version=`) starts a branch, so the branch's idempotency keys differ from the abandoned ones.
+- `lineage`: a random token minted when a run starts, and again when a fork (`write_to=`) or time travel
+  (`version=`) starts a branch: part of every idempotency key, so no other run (a reused checkpoint ID, the
+  same ID in another database, another turn of a chat) and no abandoned branch shares a key.
 - `answers`: the resume request that claimed this version (plain: `{"data", "ids", "everything"}`),
   stored with the claim so that a crash after it continues with the same answers (cleared at the next
   pause and at the end).

@@ -14,6 +14,7 @@ inside the node, so it fails as that node's `NodeError`.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -31,7 +32,8 @@ from .position import InterruptRecord, RunPosition
 from .scope import _TASK, current_task
 
 __all__ = ["ResumeRequest", "get_interrupt_state", "get_interrupt_info", "get_resume_context", "address_segment",
-           "segment_of", "escape_part", "unescape_part", "pause_again", "get_interrupt_id",
+           "segment_of", "escape_part", "unescape_part", "pause_again", "get_interrupt_id", "answers_below",
+           "answered_earlier", "retire_failed_answers",
            "pending_interrupt_ids", "static_pauses", "awaits_answer", "has_static_pause", "interrupt_info"]
 
 
@@ -177,8 +179,9 @@ def address_segment(kind: str, *parts: str) -> Iterator[str]:
         raise RuntimeError("address_segment() is only meaningful inside a running node")
     if not kind or escape_part(kind) != kind:
         raise ValueError(f"an address segment's kind must be a plain name (got {kind!r})")
-    address = ";".join((scope.address, ":".join((kind, *(escape_part(p) for p in parts if p is not None)))))
-    token = _TASK.set(replace(scope, address=address))
+    segment = ":".join((kind, *(escape_part(p) for p in parts if p is not None)))
+    address = f"{scope.address};{segment}"
+    token = _TASK.set(replace(scope, address=address, place=f"{scope.place or scope.address};{segment}"))
     try:
         yield address
     finally:
@@ -273,6 +276,26 @@ def get_resume_context(T: Any = None) -> tuple[bool, bool, Any]:
     return False, False, None
 
 
+def answers_below() -> list[Any]:
+    """The data a resume gave to points paused below the calling one (in address order): what a tools node
+    reads to honour `Respond` / `Restart` sent to a question asked inside an approved call."""
+    scope = _scope_or_error("answers_below")
+    request: ResumeRequest | None = scope.resume
+    if request is None:
+        return []
+    below = scope.address + ";"
+    found = sorted((a, r) for a, r in (scope.resumed or {}).items()
+                   if a.startswith(below) and not r.answered and request.data.get(r.id) is not None)
+    return [request.data[r.id] for _, r in found]
+
+
+def answered_earlier() -> bool:
+    """True when the calling point's answer was given in an earlier pass of its call (it is carried with a
+    pause below it, not new): a decision about it was recorded then."""
+    record = _own(_scope_or_error("answered_earlier"))
+    return record is not None and record.answered
+
+
 def _targets_below(scope: Any, request: ResumeRequest) -> bool:
     below = scope.address + ";"
     return any(a.startswith(below) and not r.answered and (request.everything or r.id in request.ids)
@@ -354,6 +377,25 @@ def standing_answers(pos: RunPosition, status: str, error: str | None) -> Resume
     if pos.answers is None or not (status == "running" or (status == "interrupted" and error == "cancelled")):
         return None
     return ResumeRequest.from_plain(pos.answers)
+
+
+def retire_failed_answers(pos: RunPosition, status: str, address: str) -> None:
+    """A run that failed after a resume's claim asks its answered pauses again — under new IDs, so the same
+    answer sent again (a client retry) answers nothing. The new ID is derived from the old one, so every
+    reader of the stored run (get_run, the resume itself) sees the same."""
+    if status != "failed" or pos.answers is None:
+        return
+    answered = answered_ids(pos, ResumeRequest.from_plain(pos.answers), address)
+
+    def walk(p: RunPosition) -> None:
+        for record in p.interrupts.values():
+            if record.child is not None:
+                walk(record.child)
+            for r in (record, *record.subs):
+                if r.id in answered:
+                    r.id = hashlib.blake2b(f"{r.id}/asked again".encode(), digest_size=8).hexdigest()
+
+    walk(pos)
 
 
 def answered_ids(pos: RunPosition, request: ResumeRequest | None, address: str) -> frozenset[str]:

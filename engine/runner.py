@@ -88,6 +88,7 @@ class Run:
         self.step_key: Callable[[], tuple[str, int]] | None = None  # (checkpoint_id, ledger epoch) when stored
         self.version: Callable[[], int | None] | None = None  # the stored run's newest version
         self.token = os.urandom(8).hex()  # tells unstored runs apart (idempotency keys)
+        self.place = self.address  # a subgraph's: its parent task's place (TaskScope.place)
         self._pause_saved = False
 
     # --- phase 1: start or restore ---------------------------------------------------------------
@@ -178,13 +179,21 @@ class Run:
     def _scope(self, node: CNode, path: tuple[str, ...]) -> TaskScope:
         """The task's scope; a paused task running again takes (consumes) what paused under it."""
         address = f"{self.address};node:{node.key}"
+        # A subgraph's supersteps all run inside one step of its parent: its step number tells them apart
+        # (a DAG runs each node once).
+        if not self.path:
+            place = address
+        elif self.graph.trigger == "any":
+            place = f"{self.place}@{self.pos.step};node:{node.key}"
+        else:
+            place = f"{self.place};node:{node.key}"
         if self.resume is None or node.key not in self.pos.interrupts:
-            return TaskScope(self, node.key, path, address)
+            return TaskScope(self, node.key, path, address, place=place)
         below = address + ";"
         mine = {a: r for a, r in self.resumed.items() if a == address or a.startswith(below)}
         for a in mine:
             del self.resumed[a]
-        return TaskScope(self, node.key, path, address, self.resume, mine, {})
+        return TaskScope(self, node.key, path, address, self.resume, mine, {}, place)
 
     def _pause_static(self, when: str, key: str) -> None:
         """A static interrupt_before / interrupt_after stops at `key`, under an ID of its own."""
@@ -519,6 +528,9 @@ class Run:
         child.ledger, child.checkpoint_id = self.ledger, self.checkpoint_id
         child.step_key, child.token, child.version = self.step_key, self.token, self.version
         child.before_step = self.before_step
+        scope = current_task()
+        if scope is not None:
+            child.place = scope.place
         saved = self.pos.interrupts.get(node.key)
         if saved is not None and saved.child is not None:
             child.restore(saved.child, self.resume)

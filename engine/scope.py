@@ -29,6 +29,9 @@ class TaskScope:
     resume: Any = None
     resumed: Mapping[str, Any] | None = None
     consumed: dict[str, Any] | None = None
+    place: str = ""
+    """The address plus the pass of every subgraph run above: what keys the task ledger and idempotency
+    keys, so that two passes of a node inside one step of its parent never share them."""
 
 
 _TASK: ContextVar[TaskScope | None] = ContextVar("waypoint_task", default=None)

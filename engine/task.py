@@ -161,7 +161,7 @@ def idempotency_key(epoch: int | None = None) -> str:
         raise RuntimeError("idempotency_key() must be called inside a running node")
     run = scope.run
     base, now = run.step_key() if run.step_key is not None else (run.token, 0)
-    text = f"{base}|{now if epoch is None else epoch}|{scope.address}"
+    text = f"{base}|{now if epoch is None else epoch}|{scope.place or scope.address}"
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
@@ -183,4 +183,4 @@ def task_ledger() -> TaskLedger | None:
     if source is None:
         return None
     store, serializer, checkpoint_id, epoch = source()
-    return TaskLedger(store, serializer, checkpoint_id, epoch, f"{scope.run.address};node:{scope.node}")
+    return TaskLedger(store, serializer, checkpoint_id, epoch, scope.place or f"{scope.run.address};node:{scope.node}")

@@ -24,17 +24,17 @@ from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
 from waypoint.engine import (
     AgentMiddleware,
     Restart,
-    address_segment,
     StatefulInterrupt,
     ToolContext,
     WaypointError,
+    address_segment,
     get_interrupt_id,
     get_interrupt_info,
     get_interrupt_state,
     get_resume_context,
     register_type,
 )
-
+from waypoint.engine.resume import answered_earlier
 
 __all__ = ["ApprovalMiddleware", "ApprovalInfo", "ApprovalResult", "ApprovalError"]
 
@@ -48,7 +48,8 @@ class ApprovalError(WaypointError):
 
 
 def digest(arguments_json: str) -> str:
-    return hashlib.sha256(arguments_json.encode()).hexdigest()
+    # surrogatepass: a model's text may hold an unpaired surrogate; it must still get a digest
+    return hashlib.sha256(arguments_json.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @register_type(name="waypoint.ApprovalInfo")
@@ -138,17 +139,22 @@ def _decide(arguments_json: str, ctx: ToolContext) -> tuple[bool, str]:
         answer = ApprovalResult(approved=True)
     else:
         answer = _as_result(data, where)
-    stored = _verified(state, shown, answer, where)
+    stored = _verified(state, shown, answer, ctx, where)
     if isinstance(data, Restart) and data.replace_input is not None:
         stored = arguments_json  # the person chose new arguments themselves
     elif arguments_json != stored:
+        if ctx.original_input is not None:  # a Restart below replaced the input: what was approved is not this
+            info = ApprovalInfo(tool_name=ctx.name, arguments_json=arguments_json, digest=digest(arguments_json))
+            raise StatefulInterrupt(info, {"arguments": arguments_json, "digest": info.digest})
         raise ApprovalError(f"{where}: the call's arguments no longer match the ones that were approved; "
                             "the tool did not run (the stored run was changed: restore it or start over)")
+    first_time = not answered_earlier()  # a carried answer was recorded when it was given
     if answer.approved:
-        if not isinstance(data, Restart):
+        if first_time and not isinstance(data, Restart):
             ctx.decide("approved", answer.reason)
         return True, stored
-    ctx.decide("rejected", answer.reason)
+    if first_time:
+        ctx.decide("rejected", answer.reason)
     text = f"tool '{ctx.name}' disapproved"
     return False, f"{text}: {answer.reason}" if answer.reason else text
 
@@ -169,11 +175,12 @@ def _as_result(data: Any, where: str) -> ApprovalResult:
     )
 
 
-def _verified(state: Any, shown: Any, answer: ApprovalResult, where: str) -> str:
-    """The stored arguments, if they are the ones that were shown (and approved)."""
+def _verified(state: Any, shown: Any, answer: ApprovalResult, ctx: ToolContext, where: str) -> str:
+    """The stored arguments, if they are the ones that were shown (and approved) for this very tool."""
     stored = state.get("arguments") if isinstance(state, dict) else None
     ok = isinstance(stored, str) and isinstance(shown, ApprovalInfo) and digest(stored) == shown.digest \
-        and state.get("digest") == shown.digest and (answer.digest is None or answer.digest == shown.digest)
+        and state.get("digest") == shown.digest and (answer.digest is None or answer.digest == shown.digest) \
+        and shown.tool_name == ctx.name
     if not ok:
         raise ApprovalError(f"{where}: the arguments stored for approval are not the ones that were shown "
                             "(or the approval names another digest); refusing to run the tool")

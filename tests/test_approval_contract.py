@@ -377,3 +377,157 @@ async def test_a_resume_that_cannot_start_raises_from_the_iterator():
 
 async def _drain(events) -> list:
     return [e async for e in events]
+
+
+# --- found by attacking the contract ------------------------------------------------------------------------------
+
+class TwoTurnsOfOneId:
+    """Asks `pay(1)` as call_1, then on its next turn `pay(1000)` — as call_1 again."""
+
+    name = "two-turns"
+
+    async def generate(self, messages, **_):
+        results = [m.content for m in messages if m.role == "tool"]
+        if len(results) < 2:
+            amount = 1 if not results else 1000
+            return Message.assistant(tool_calls=[ToolCall(id="call_1", name="pay", arguments=json.dumps({"amount": amount}))])
+        return Message.assistant("done: " + " | ".join(results))
+
+    async def stream(self, messages, **_):
+        yield await self.generate(messages)
+
+
+async def test_an_agent_inside_a_graph_keeps_its_turns_apart():
+    """The agent's whole loop runs inside one step of the outer graph: its passes must not share a ledger
+    page entry or an idempotency key."""
+    keys = []
+
+    @tool
+    def pay(amount: int, ctx: ToolContext) -> str:
+        """Pay."""
+        keys.append((amount, ctx.idempotency_key))
+        return f"paid {amount}"
+
+    agent = ChatModelAgent(name="inner", model=TwoTurnsOfOneId(), tools=[pay])
+    outer = Graph(name="outer")
+    outer.add_node("agent", agent.graph())
+    outer.add_edge(START, "agent")
+    outer.add_edge("agent", END)
+    out = await outer.compile(store=MemoryStore()).ainvoke("go", checkpoint_id="o")
+    assert out.content == "done: paid 1 | paid 1000"
+    assert [k[0] for k in keys] == [1, 1000] and keys[0][1] != keys[1][1]
+
+
+async def test_a_run_on_a_reused_id_or_another_database_gets_keys_of_its_own(tmp_path):
+    seen: list = []
+    for db in ("one.db", "one.db", "two.db"):
+        store = SQLiteStore(tmp_path / db)
+        runner = _deploy_runner(store, seen)
+        ctx, _ = await _pause(runner, "session-1")
+        await runner.app.ainvoke(None, checkpoint_id="session-1", resume={ctx.id: ApprovalResult(approved=True)})
+        await store.delete("session-1")
+        await store.close()
+    assert len(seen) == 3 and len(set(seen)) == 3
+
+
+@pytest.mark.parametrize("verb", ["respond", "restart"])
+def test_a_verb_answering_the_tools_own_question_inside_an_approval_is_honoured(tmp_path, verb):
+    db, journal = tmp_path / "runs.db", tmp_path / "journal"
+    turns = [[call("call_1", "confirmed", command="wipe prod-db")]]
+    (approval,) = pauses(run(db, "v", "run", "go", turns=turns, journal=journal)[1])
+    code, out, _ = run(db, "v", "answer", json.dumps({approval[0]: "approve"}), turns=turns, journal=journal)
+    (question,) = pauses(out)
+    answer = {"respond": "skipped by the operator"} if verb == "respond" else {"restart": {"command": "wipe staging-db"}}
+    code, out, err = run(db, "v", "answer", json.dumps({question[0]: answer}), turns=turns, journal=journal)
+    if verb == "respond":  # the tool does not run; its result is what the person said
+        assert code == 0 and out[-1] == {"assistant": "done: skipped by the operator"} and executed(journal) == [], err
+        return
+    # new arguments nobody approved: the approval asks again, for them, under a new ID; nothing ran
+    (again,) = pauses(out)
+    assert code == 2 and again[0] not in (approval[0], question[0]) and "staging-db" in again[3], err
+    assert executed(journal) == []
+
+
+def test_a_failed_resume_asks_again_under_new_ids(tmp_path):
+    db, journal = tmp_path / "runs.db", tmp_path / "journal"
+    turns = [[call("A", "pay", amount=100), call("B", "execute", command="send email")]]
+    (a, b) = pauses(run(db, "f", "run", "go", turns=turns, journal=journal)[1])
+    answer = json.dumps({a[0]: "approve", b[0]: "not a decision"})  # B's answer makes the run fail
+    code, _, err = run(db, "f", "answer", answer, turns=turns, journal=journal)
+    assert code == 4 and "ApprovalError" in err, err
+    code, _, err = run(db, "f", "answer", answer, turns=turns, journal=journal)  # the client retries
+    assert code == 3 and "UnknownInterrupt" in err, err
+    _, shown, _ = run(db, "f", "show", turns=turns, journal=journal)
+    assert {p[0] for p in shown}.isdisjoint({a[0], b[0]}) and [p[2] for p in shown] == ["pay", "execute"]
+    assert [r[1] for r in executed(journal)] == ["100"]  # A ran once; nothing ran again
+
+
+async def test_an_approval_question_naming_another_tool_fails_closed():
+    """The stored question says `read_path`; the call is `delete_path`: an approval of what was shown must
+    not run the other tool."""
+    from waypoint.engine.checkpoint import Checkpointer
+
+    seen: list = []
+    runner = _deploy_runner(MemoryStore(), seen)
+    ctx, _ = await _pause(runner, "n")
+    app = runner.app
+    cp = Checkpointer(store=app.store, serializer=app.get_serializer(), checkpoint_id="n", graph_structure=app.structure)
+    loaded = await cp.load()
+    (sub,) = loaded.position.interrupts["tools"].subs
+    sub.info = sub.info.model_copy(update={"tool_name": "read_path"})
+    await cp.save(loaded.position, "interrupted")
+    answer = {ctx.id: ApprovalResult(approved=True, digest=ctx.info.digest)}
+    errors = [e.error async for e in runner.resume_with_params("n", answer) if e.error]
+    assert isinstance(errors[0].__cause__, ApprovalError) and seen == []
+
+
+async def test_an_unpaired_surrogate_in_the_arguments_is_asked_and_approved_like_any_text():
+    seen = []
+
+    @tool
+    def execute(command: str) -> str:
+        """Run."""
+        seen.append(command)
+        return "ran"
+
+    class Hostile:
+        name = "hostile"
+
+        async def generate(self, messages, **_):
+            if messages[-1].role == "tool":
+                return Message.assistant("done")
+            return Message.assistant(tool_calls=[ToolCall(id="c1", name="execute",
+                                                          arguments='{"command": "\ud800rm -rf /"}')])
+
+    runner = Runner(ChatModelAgent(name="s", model=Hostile(), tools=[execute],
+                                   middlewares=[ApprovalMiddleware({"execute"})]), store=MemoryStore())
+    ctx, _ = await _pause(runner, "s")
+    assert "\ud800" in ctx.info.arguments_json and len(ctx.info.digest) == 64
+    events = [e async for e in runner.resume_with_params("s", {ctx.id: ApprovalResult(approved=True)})]
+    assert events[-1].action.exit and seen == ["\ud800rm -rf /"]
+
+
+def test_decisions_of_calls_that_finished_survive_a_crash_of_their_batch(tmp_path):
+    db, journal = tmp_path / "runs.db", tmp_path / "journal"
+    turns = [[call("c1", "pay", amount=100), call("c2", "slow", command="migrate")]]
+    (a, b) = pauses(run(db, "d", "run", "go", turns=turns, journal=journal)[1])
+    victim = start(db, "d", "answer", json.dumps({a[0]: "approve", b[0]: "approve"}), turns=turns,
+                   journal=journal, sleep=60)
+    deadline = time.monotonic() + 30
+    while len(executed(journal)) < 2:  # pay finished, slow is inside its side effect
+        assert time.monotonic() < deadline and victim.poll() is None, victim.communicate()
+        time.sleep(0.02)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    code, _, err = run(db, "d", "continue", turns=turns, journal=journal, takeover=True)
+    assert code == 0, err
+
+    async def decisions():
+        store = SQLiteStore(db)
+        try:
+            return [(d.call_id, d.verb) for d in (await read_run(store, "d")).state.decisions]
+        finally:
+            await store.close()
+
+    assert asyncio.run(decisions()) == [("c1", "approved"), ("c2", "approved")]
+    assert [r[0] for r in executed(journal)] == ["pay", "slow", "slow"]

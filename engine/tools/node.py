@@ -26,7 +26,14 @@ from typing import Any, Literal
 from ..errors import CheckpointConflict
 from ..interrupts import CompositeInterrupt, Interrupt
 from ..models.schema import Message, ToolCall, ToolInfo
-from ..resume import address_segment, escape_part, get_interrupt_state, get_resume_context, pause_again
+from ..resume import (
+    address_segment,
+    answers_below,
+    escape_part,
+    get_interrupt_state,
+    get_resume_context,
+    pause_again,
+)
 from ..task import (
     TaskLedger,
     check_lease,
@@ -192,17 +199,20 @@ class ToolsNode:
                  "decisions": list(step.decisions)},
                 [o for _, o in paused],
             )
-        stop = next((content for content, stopped in finished.values() if stopped), None)
+        stop = next((o[0] for o in finished.values() if o[1]), None)
         messages = [Message.tool(finished[c.slot][0], tool_call_id=c.call.id, name=c.call.name) for c in calls]
+        # decisions of calls that paused again, then each finished call's own (kept with its result, so a
+        # crash after the call does not lose it)
+        done = [finished[c.slot][2] for c in calls if len(finished[c.slot]) > 2 and finished[c.slot][2] is not None]
         return ToolBatch(messages=messages, stop=stop, names=[c.call.name for c in calls],
-                         decisions=list(step.decisions))
+                         decisions=[*step.decisions, *done])
 
     def _event(self, c: _Call, kind: str, **fields: Any) -> ToolEvent:
         return ToolEvent(kind=kind, call_id=c.call.id, name=c.call.name, index=c.index, ref=c.ref,  # type: ignore[arg-type]
                          **fields)
 
     async def _one(self, c: _Call, step: _Step) -> list[Any]:
-        """[content, stopped] for one call, or raises its pause."""
+        """[content, stopped, decision] for one call, or raises its pause."""
         call = c.call
         if c.slot in step.done:  # finished before a pause or a crash: its result, announced again
             outcome = step.done[c.slot]
@@ -216,6 +226,8 @@ class ToolsNode:
                 if not is_target:  # not targeted: pause again as it was (same address, ID and state), without running
                     raise pause_again()
                 resumed = True
+                if not isinstance(data, (Respond, Restart)):  # a verb may answer a question asked inside the call
+                    data = next((d for d in answers_below() if isinstance(d, (Respond, Restart))), data)
             epoch = step.keys.setdefault(c.slot, ledger_epoch())
             ctx = ToolContext(
                 name=call.name, call_id=call.id, checkpoint_id=current_checkpoint_id(),
@@ -227,13 +239,16 @@ class ToolsNode:
             try:
                 if isinstance(data, Respond):  # the resumer supplies the result: the tool does not run
                     ctx.decide("responded")
-                    return await self._record(c, step, [_text(data.output), False])
+                    return await self._record(c, step, [_text(data.output), False, ctx.decision])
                 if isinstance(data, Restart):
                     self._restart(c, ctx, data, step)
                 return await self._execute(c, ctx, step)
-            finally:  # a decision counts even when the call pauses again
+            except Interrupt:  # a decision counts even when the call pauses again
                 if ctx.decision is not None:
                     step.decisions.append(ctx.decision)
+                raise
+            finally:
+                if ctx.decision is not None:
                     await emit_chunk(self._event(c, "decision", data=ctx.decision))
 
     @staticmethod
@@ -263,7 +278,7 @@ class ToolsNode:
         except BaseException as err:  # it paused or failed: whoever watches its chunks stops waiting
             await emit_chunk(self._event(c, "stop", data=err))
             raise
-        return await self._record(c, step, [content, stopped])
+        return await self._record(c, step, [content, stopped, ctx.decision])
 
     async def _record(self, c: _Call, step: _Step, outcome: list[Any]) -> list[Any]:
         """The call is done: ledger, then its result event."""

@@ -30,6 +30,8 @@ from waypoint.engine import (
     ChatModelAgent,
     Interrupt,
     Message,
+    Respond,
+    Restart,
     Runner,
     ToolCall,
     ToolContext,
@@ -110,8 +112,13 @@ def build(args) -> ChatModelAgent:
 
 
 def answer(value, info):
+    """"approve" / "reject"; {"respond": output}; {"restart": new arguments}; anything else as it is."""
     if value in ("approve", "reject"):
         return ApprovalResult(approved=value == "approve", digest=getattr(info, "digest", None))
+    if isinstance(value, dict) and value.keys() == {"respond"}:
+        return Respond(value["respond"])
+    if isinstance(value, dict) and value.keys() == {"restart"}:
+        return Restart(replace_input=value["restart"])
     return value
 
 

@@ -158,7 +158,7 @@ def child_parser(cases: tuple[str, ...], description: str) -> argparse.ArgumentP
     p.add_argument("--impl", choices=IMPLS, required=True)
     p.add_argument("--case", choices=cases, required=True)
     p.add_argument("--api", choices=("default", "sync", "async"), default="default",
-                   help="default: Waypoint awaits ainvoke in one event loop; LangGraph calls sync invoke")
+                   help="default: both call sync invoke (Waypoint's ainvoke puts sync nodes on a thread)")
     p.add_argument("--json", action="store_true", help="print one JSON line (what the harness reads)")
     return p
 
@@ -171,7 +171,9 @@ def child_main(make: Callable[..., Target], cases: tuple[str, ...], metric: str,
     `async_cases` always use the async API (e.g. cases whose nodes are `async def`).
     """
     args = child_parser(cases, description).parse_args(argv)
-    api = args.api if args.api != "default" else ("async" if args.impl == "waypoint" else "sync")
+    # Both sides call sync invoke: the nodes are sync functions, which Waypoint's ainvoke runs on a thread
+    # (so they never stall a shared event loop) and its invoke runs on the run's own loop.
+    api = args.api if args.api != "default" else "sync"
     if args.case in async_cases:
         api = "async"
     try:

@@ -120,12 +120,16 @@ class CompiledGraph:
         `version`, `takeover`, `expected_version`, `max_steps`, `migrate` (docs/resume.md). Raises `NodeError` when a node fails,
         `GraphInterrupted` when the run pauses, `MaxStepsExceeded`, `GraphRunError`, and the
         checkpoint errors of `WaypointError`'s tree when the stored run does not allow it.
+
+        Sync nodes run on a thread, so a blocking one never stalls the event loop (docs/architecture.md).
         """
         return await self._run(input, options, emitter=Emitter(callbacks), streaming=False, sink=None)
 
-    def invoke(self, input: Any, **options: Any) -> Any:
-        """`ainvoke` for synchronous callers. Refuses to run inside a running event loop."""
-        return run_sync(lambda: self.ainvoke(input, **options), what=f"graph '{self.name}'.invoke()")
+    def invoke(self, input: Any, *, callbacks: Sequence[Any] = (), **options: Any) -> Any:
+        """`ainvoke` for synchronous callers. Refuses to run inside a running event loop. The run has its
+        event loop to itself, so sync nodes run on it directly (no thread hop)."""
+        return run_sync(lambda: self._run(input, options, emitter=Emitter(callbacks), streaming=False, sink=None,
+                                          offload_sync=False), what=f"graph '{self.name}'.invoke()")
 
     async def astream(self, input: Any, *, callbacks: Sequence[Any] = (), **options: Any) -> AsyncIterator[Any]:
         """Run every node in stream mode and yield the output chunks that reach END, as they come.
@@ -155,7 +159,7 @@ class CompiledGraph:
                 yield item
 
     async def _run(self, input: Any, options: dict[str, Any], *, emitter: Emitter, streaming: bool,
-                   sink: Callable[[Any], None] | None) -> Any:
+                   sink: Callable[[Any], None] | None, offload_sync: bool = True) -> Any:
         try:
             opts = RunOptions(**options)
         except TypeError:
@@ -163,7 +167,8 @@ class CompiledGraph:
             raise TypeError(f"graph '{self.name}': unknown run option(s) in {sorted(options)}; known: {known}") from None
         if opts.max_steps is not None and (self.trigger == "all" or opts.max_steps < 1):
             raise WaypointError(f"graph '{self.name}': max_steps={opts.max_steps!r} needs trigger='any' and a value >= 1")
-        return await run_graph(self.shape, input, opts, emitter=emitter, streaming=streaming, sink=sink)
+        return await run_graph(self.shape, input, opts, emitter=emitter, streaming=streaming, sink=sink,
+                               offload_sync=offload_sync)
 
     async def get_run(self, checkpoint_id: str, *, version: int | None = None) -> RunSnapshot | None:
         """What the store holds for a run (newest or a given version), decoded; None if unknown."""

@@ -76,10 +76,11 @@ class RunOptions:
 
 
 async def run_graph(graph: GraphShape, input: Any, opts: RunOptions, *, emitter: Emitter,
-                    streaming: bool, sink: Any) -> Any:
+                    streaming: bool, sink: Any, offload_sync: bool = True) -> Any:
     """Run `graph` on `input` (or resume it) under `opts`; returns the output or raises."""
     request = ResumeRequest.parse(opts.resume)
     run = Run(graph, emitter=emitter, streaming=streaming, sink=sink, max_steps=opts.max_steps)
+    run.offload_sync = offload_sync
     _check_ids(graph, opts)
     if graph.store is None or opts.checkpoint_id is None:
         _refuse_without_store(graph, opts, request)

@@ -89,6 +89,7 @@ class Run:
         self.version: Callable[[], int | None] | None = None  # the stored run's newest version
         self.token = os.urandom(8).hex()  # tells unstored runs apart (idempotency keys)
         self.place = self.address  # a subgraph's: its parent task's place (TaskScope.place)
+        self.offload_sync = True  # sync node code runs on a thread (False under invoke(): the loop is the run's own)
         self._pause_saved = False
 
     # --- phase 1: start or restore ---------------------------------------------------------------
@@ -472,7 +473,8 @@ class Run:
             runnable = node.runnable
             fn = runnable.sync_fn
             if fn is not None:
-                output = fn.call(to_value(value, where=node.key) if self.streaming else value, state)
+                plain = to_value(value, where=node.key) if self.streaming else value
+                output = await in_daemon_thread(fn.call, plain, state) if self.offload_sync else fn.call(plain, state)
             else:
                 output = await runnable.invoke(runnable._value(value), state)
         if node.post is not None:
@@ -507,7 +509,7 @@ class Run:
                         return await self._stream(node, value, path, state)
                     fn = node.runnable.sync_fn
                     plain = to_value(value, where=node.key) if self.streaming else value
-                    if fn is not None and timeout is not None:  # a thread, so the timeout can fire
+                    if fn is not None and (timeout is not None or self.offload_sync):  # the timeout can fire
                         return await in_daemon_thread(fn.call, plain, state)
                     return await node.runnable.invoke(plain, state)
             except Exception as err:
@@ -527,7 +529,7 @@ class Run:
         )
         child.ledger, child.checkpoint_id = self.ledger, self.checkpoint_id
         child.step_key, child.token, child.version = self.step_key, self.token, self.version
-        child.before_step = self.before_step
+        child.before_step, child.offload_sync = self.before_step, self.offload_sync
         scope = current_task()
         if scope is not None:
             child.place = scope.place

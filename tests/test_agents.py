@@ -270,7 +270,8 @@ async def test_a_tool_pause_resumes_with_its_answer_and_the_event_comes_after_th
     (ctx,) = paused.contexts
     assert ctx.info == {"confirm": 5} and ctx.address.endswith(";node:tools;tool:transfer:call_1:0")
     events = await collect(runner.resume_with_params("acct", {ctx.id: "yes"}))
-    assert [e[2] for e in outputs(events)] == ["transferred 5", "100", "all done"]
+    said = [e[2] for e in outputs(events)]  # parallel calls: results come as they finish
+    assert sorted(said[:2]) == ["100", "transferred 5"] and said[2:] == ["all done"]
     assert runs == Counter(transfer=2, balance=1)  # the sibling that finished was not run again
     await store.close()
 

@@ -300,8 +300,8 @@ async def test_a_cancelled_tools_step_resumes_without_running_a_finished_call_ag
     started = asyncio.Event()
 
     @tool
-    def fast(n: int) -> str:
-        """Fast."""
+    async def fast(n: int) -> str:
+        """Fast (async: it has finished, and its result is in the ledger, before slow starts waiting)."""
         ran["fast"] += 1
         return "fast done"
 

@@ -9,6 +9,7 @@ a message the model can act on — the tools node turns that into the call's res
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
@@ -19,6 +20,8 @@ from typing import Any, get_type_hints
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from ..models.schema import ToolInfo
+from ..node_calls import in_daemon_thread
+from ..scope import current_task
 
 __all__ = ["tool", "Tool", "ToolContext", "ToolArgumentError", "RetryAgentRun", "StopAgentRun", "ToolInfo"]
 
@@ -128,7 +131,10 @@ class Tool:
         kwargs = self._kwargs(args_json, ctx)
         if self.streams:
             return "".join([_text(c) async for c in self.fn(**kwargs)])
-        result = self.fn(**kwargs)
+        if not self.is_async and _off_the_loop():  # a sync tool may block: never on the run's event loop
+            result = await in_daemon_thread(functools.partial(self.fn, **kwargs))
+        else:
+            result = self.fn(**kwargs)
         if inspect.isawaitable(result):
             result = await result
         return _text(result)
@@ -158,6 +164,11 @@ def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None,
     if fn is None:
         return lambda f: Tool(f, name=name, description=description)
     return Tool(fn, name=name, description=description)
+
+
+def _off_the_loop() -> bool:
+    scope = current_task()
+    return scope is not None and getattr(scope.run, "offload_sync", False)
 
 
 def as_tool(obj: Any) -> Tool:

@@ -84,7 +84,8 @@ def idempotency_key() -> str:
         raise RuntimeError("idempotency_key() must be called inside a running node")
     run = scope.run
     base, epoch = run.step_key() if run.step_key is not None else (run.token, 0)
-    return hashlib.blake2b(f"{base}|{epoch}|{scope.address}".encode(), digest_size=16).hexdigest()
+    data = f"{base}|{epoch}|{scope.address}".encode("utf-8", "surrogatepass")  # a model may send any call ID
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def task_ledger() -> TaskLedger | None:

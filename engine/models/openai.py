@@ -74,6 +74,8 @@ class OpenAIChatModel:
     `seed=`, `extra_body=`, ...). Calls raise `ModelError` with `status` and `retryable`.
     """
 
+    provider = "openai"  # gen_ai.provider.name, for tracing
+
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
                  timeout: float = 60.0, temperature: float | None = None, **extra: Any) -> None:
         import httpx

@@ -63,6 +63,8 @@ class _RunSpans:
 
     span: Any
     attached: Any
+    recording: bool = True
+    """False when the run's trace was sampled out: its node spans are then not even created."""
     var_token: Any = None
     nodes: dict[tuple[str, ...], tuple[Any, Any]] = field(default_factory=dict)
 
@@ -88,6 +90,7 @@ class OTelTracing(AgentMiddleware):
         self.record_content = record_content
         self.node_spans = node_spans
         self.content_limit = content_limit
+        self._names: dict[tuple[str, ...], tuple[str, str]] = {}
         # The run being traced, as seen from its tasks (concurrent runs sharing this tracer each see their own).
         self._run: contextvars.ContextVar[_RunSpans | None] = contextvars.ContextVar(f"waypoint_otel_{id(self)}",
                                                                                      default=None)
@@ -114,7 +117,7 @@ class OTelTracing(AgentMiddleware):
         current = trace.set_span_in_context(span)
         if info.checkpoint_id is not None:
             _PROPAGATOR.inject(info.trace, context=current)  # stored with every version this run writes
-        state = _RunSpans(span=span, attached=otel_context.attach(current))
+        state = _RunSpans(span=span, attached=otel_context.attach(current), recording=span.is_recording())
         state.var_token = self._run.set(state)
 
     def on_run_end(self, info: Any) -> None:
@@ -141,12 +144,17 @@ class OTelTracing(AgentMiddleware):
 
     def on_start(self, event: Any) -> None:
         state = self._run.get()
-        if state is None:
+        if state is None or not state.recording:  # node spans follow the run's sampling decision
             return
         path = event.node_path
-        span = self.tracer.start_span(f"waypoint.node {_safe('/'.join(path), 128)}",
-                                      attributes={"waypoint.node.path": _safe("/".join(path)),
-                                                  "waypoint.step": event.step})
+        names = self._names.get(path)
+        if names is None:  # node paths come from the graph: a handful per graph, formatted once
+            if len(self._names) > 4096:
+                self._names.clear()
+            joined = "/".join(path)
+            names = self._names[path] = (f"waypoint.node {_safe(joined, 128)}", _safe(joined))
+        span = self.tracer.start_span(names[0], attributes={"waypoint.node.path": names[1],
+                                                            "waypoint.step": event.step})
         state.nodes[path] = (span, otel_context.attach(trace.set_span_in_context(span)))
 
     def _node_done(self, event: Any) -> Any:

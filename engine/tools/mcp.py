@@ -189,7 +189,10 @@ class _MCPServer:
 
     async def _connection(self) -> _Connection:
         loop = asyncio.get_running_loop()
-        with self._guard:
+        with self._guard:  # loops in other threads may share the server object
+            for stale in [other for other in self._locks if other.is_closed()]:
+                self._connections.pop(stale, None)  # its task was cancelled when that loop ended
+                del self._locks[stale]
             lock = self._locks.setdefault(loop, asyncio.Lock())
         async with lock:
             connection = self._connections.get(loop)

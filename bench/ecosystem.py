@@ -200,6 +200,7 @@ async def measure_provider(provider: str) -> dict[str, float]:
         from waypoint.engine.models import AnthropicChatModel
 
         server: Any = AnthropicServer()
+        server.RequestHandlerClass.disable_nagle_algorithm = True  # else delayed ACKs add ~40 ms a call
         model: Any = AnthropicChatModel("m", base_url=server.base_url, api_key="k")
     else:
         from chat_server import ChatServer
@@ -207,6 +208,7 @@ async def measure_provider(provider: str) -> dict[str, float]:
         from waypoint.engine.models import OpenAIChatModel
 
         server = ChatServer()
+        server.RequestHandlerClass.disable_nagle_algorithm = True
         model = OpenAIChatModel("m", base_url=server.base_url, api_key="k")
     server.push(*["ok"] * 400)
     messages = [Message.user("hi")]
@@ -241,10 +243,10 @@ JOBS = [*(f"import:{n}" for n in IMPORTS),
         "provider:anthropic"]
 
 
-def run_jobs(runs: int, log: Any) -> dict[str, dict[str, list[float]]]:
-    results: dict[str, dict[str, list[float]]] = {j: {} for j in JOBS}
+def run_jobs(runs: int, log: Any, jobs: list[str] = JOBS) -> dict[str, dict[str, list[float]]]:
+    results: dict[str, dict[str, list[float]]] = {j: {} for j in jobs}
     for n in range(runs):
-        for job in JOBS:  # interleaved: a noisy neighbour hits every row alike
+        for job in jobs:  # interleaved: a noisy neighbour hits every row alike
             out = subprocess.run([sys.executable, "-m", "bench.ecosystem", "child", job], cwd=ROOT,
                                  capture_output=True, text=True, timeout=300)
             if out.returncode != 0:
@@ -316,13 +318,21 @@ def main() -> None:
     p.add_argument("command", nargs="?", default="table", choices=["table", "child"])
     p.add_argument("what", nargs="?")
     p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--only", default="", help="measure only the jobs starting with this (b1, import, mcp, ...): "
+                                               "prints the figures, leaves the table file alone")
     args = p.parse_args()
     if args.command == "child":
         print(json.dumps(child(args.what)))
         return
     subprocess.run([sys.executable, "-m", "compileall", "-q", "engine", "stores", "middleware"], cwd=ROOT)
     started = time.perf_counter()
-    results = run_jobs(args.runs, lambda s: print(s, file=sys.stderr, flush=True))
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    if args.only:
+        results = run_jobs(args.runs, log, [j for j in JOBS if j.startswith(args.only)])
+        for job, figures in results.items():
+            print(job, {k: _cell(v, "") for k, v in figures.items()})
+        return
+    results = run_jobs(args.runs, log)
     text = f"{header()}\n- total: {time.perf_counter() - started:.0f} s, {args.runs} runs per row\n\n{render(results)}\n"
     out = ROOT / "bench" / "results"
     out.mkdir(exist_ok=True)

@@ -26,7 +26,7 @@ class Reply:
     """One scripted answer. `tool_calls` are `(id, name, input_json_text)` triples."""
 
     content: str = ""
-    tool_calls: list[tuple[str, str, str]] = field(default_factory=list)
+    tool_calls: list[tuple[str, str, str]] = field(default_factory=list)  # "" input: no input_json_delta at all
     usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 11, "output_tokens": 7})
     stop_reason: str | None = None  # None: "tool_use" if there are calls, else "end_turn"
     status: int = 200
@@ -60,7 +60,8 @@ def _stop(reply: Reply) -> str:
 
 def _message(reply: Reply, model: str) -> dict[str, Any]:
     content: list[dict[str, Any]] = [{"type": "text", "text": reply.content}] if reply.content else []
-    content += [{"type": "tool_use", "id": i, "name": n, "input": json.loads(a)} for i, n, a in reply.tool_calls]
+    content += [{"type": "tool_use", "id": i, "name": n, "input": json.loads(a) if a else {}}
+                for i, n, a in reply.tool_calls]
     return {"id": "msg_test", "type": "message", "role": "assistant", "model": model, "content": content,
             "stop_reason": _stop(reply), "stop_sequence": None, "usage": reply.usage}
 

@@ -78,7 +78,7 @@ async def test_stream_yields_text_as_it_arrives(model, server):
 
 
 async def test_streamed_tool_use_joins_into_the_calls_generate_returns(model, server):
-    calls = [("toolu_a", "lookup", '{"word": "graph"}'), ("toolu_b", "clock", "{}")]
+    calls = [("toolu_a", "lookup", '{"word": "graph"}'), ("toolu_b", "clock", "")]  # clock: no input deltas
     server.push(Reply("Let me check.", tool_calls=calls, chunk_size=6), Reply("Let me check.", tool_calls=calls))
     chunks = await collect(model.stream([Message.user("two things")], tools=TOOLS))
     streamed = concat_messages(chunks)
@@ -144,6 +144,15 @@ async def test_http_errors_become_model_errors(model, server, status, kind, retr
     assert (err.status, err.retryable, err.model) == (status, retryable, "claude-test")
     assert f"model 'claude-test' at {server.host}" in str(err) and advice in str(err) and kind in str(err)
     assert_key_hidden(err)
+
+
+async def test_a_long_error_body_is_cut_short_without_cutting_the_key_in_half(model, server):
+    server.push(Reply.failure(502, "<html>" + "x" * 290 + KEY + "</html>"))
+    with pytest.raises(ModelError) as caught:
+        await model.generate([Message.user("hi")])
+    text = str(caught.value)
+    assert "x" * 290 + "***" in text and "</html>" not in text and KEY[:12] not in text
+    assert_key_hidden(caught.value)
 
 
 async def test_an_error_event_mid_stream_is_a_model_error_by_its_type(model, server):

@@ -200,6 +200,38 @@ async def test_a_server_that_dies_mid_call_fails_the_run_and_a_resume_runs_the_c
     assert events[-2].output.message.content == "last: survived n2"
 
 
+async def test_an_http_server_that_went_away_is_reached_again_once_it_is_back(tmp_path):
+    journal, port = tmp_path / "journal", free_port()
+
+    def start():
+        proc = subprocess.Popen([sys.executable, str(SERVER), str(journal), "--http", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                return proc
+            except OSError:
+                time.sleep(0.05)
+        proc.kill()
+        pytest.fail("the MCP test server did not start")
+
+    proc = start()
+    server = MCPServerStreamableHTTP(f"http://127.0.0.1:{port}/mcp", name="crm", timeout=10)
+    try:
+        assert await server.call_tool("add", {"a": 1, "b": 2}) == "3"
+        proc.kill()
+        proc.wait()
+        with pytest.raises(MCPConnectionError, match="MCP server 'crm'.*tool 'add'"):
+            await server.call_tool("add", {"a": 3, "b": 4})
+        proc = start()
+        assert await server.call_tool("add", {"a": 5, "b": 6}) == "11"  # a new session, nothing to restart
+    finally:
+        await server.aclose()
+        proc.kill()
+        proc.wait()
+
+
 def agent_proc(*args):
     proc = subprocess.run([sys.executable, str(AGENT), *map(str, args)], capture_output=True, text=True, timeout=90)
     return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines() if line.strip()], proc.stderr

@@ -133,6 +133,10 @@ async def test_a_resume_reads_the_trace_stored_by_the_run_that_paused(tmp_path):
     reader = Checkpointer(store=store, serializer=build(store).get_serializer(), checkpoint_id="t",
                           graph_structure={})
     assert (await reader.load()).trace == {"traceparent": "run-B"}
+    newer = [m.version for m in await store.history("t") if m.version > paused_at]
+    assert len(newer) >= 2  # the claim (what a resume after a crash right there would read) and on
+    for version in newer:
+        assert (await reader.load(version=version)).trace == {"traceparent": "run-B"}, version
     assert (await reader.load(version=paused_at)).trace == {"traceparent": "run-A"}
     await store.close()
 

@@ -274,3 +274,25 @@ async def test_without_a_store_nothing_is_carried_and_pauses_still_end_every_spa
     spans = span_dicts(exporter)
     assert [s["name"] for s in spans] == ["waypoint.node ask", "waypoint.run asks"]
     assert spans[0]["attributes"]["waypoint.node.outcome"] == "paused"
+
+
+async def test_a_streaming_tool_is_one_span_and_node_spans_can_be_left_out():
+    provider, exporter = recording_provider()
+    tracing = OTelTracing(tracer_provider=provider, record_content=True, node_spans=False)
+
+    @tool
+    async def tail(path: str):
+        """Stream a file's end."""
+        yield f"{path}: 1\n"
+        yield f"{path}: 2\n"
+
+    model = ScriptedChatModel([Message.assistant(tool_calls=[ToolCall(id="c1", name="tail",
+                                                                       arguments='{"path": "app.log"}')]), "done"])
+    runner = Runner(agent(model, tracing, tail), streaming=True, callbacks=[tracing])
+    [e async for e in runner.run("go")]
+    spans = span_dicts(exporter)
+    assert not [s for s in spans if s["name"].startswith("waypoint.node")]
+    (run,) = by_name(spans, "waypoint.run ops")
+    (call,) = by_name(spans, "execute_tool tail")
+    assert call["parent"] == run["span_id"] and call["attributes"]["waypoint.tool.outcome"] == "ok"
+    assert call["attributes"]["gen_ai.tool.call.result"] == "app.log: 1\napp.log: 2\n"

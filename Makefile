@@ -22,6 +22,7 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m bench.run_all
+	$(BIN)/python -m bench.ecosystem
 
 clean:
 	rm -rf $(VENV) build *.egg-info .waypoint

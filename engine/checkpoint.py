@@ -18,7 +18,9 @@ restarted (the whole list written as a new root) before it grows past `MAX_CHAIN
 A version's *header* is a codec record listing the parts and binding them to the version: it holds
 the checkpoint ID, version, step, status, graph fingerprint and error the row claims. Reading checks
 that claim against the row, so with a signing key content cannot be moved to another run or version.
-Only the small header is written per version; parts are encoded once (`mark` reuses them).
+Only the small header is written per version; parts are encoded once (`mark` reuses them). The header
+also carries the writing run's trace carrier when it has one (`RunInfo.trace`, engine/events.py): how a
+resumed run, in another process, links its trace to the run that paused it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from .checkpoint_content import (
     split_state,
 )
 from .errors import CheckpointCorrupted, WaypointError, describe
+from .events import clean_trace
 from .position import RunPosition
 from .store import (
     MAX_CHAIN,
@@ -112,6 +115,8 @@ class Loaded:
     meta: CheckpointMeta
     position: RunPosition
     structure: dict[str, Any]
+    trace: dict[str, str] = field(default_factory=dict)
+    """The trace carrier of the run that wrote this version (empty when it stored none)."""
 
 
 @dataclass(kw_only=True)
@@ -133,6 +138,8 @@ class Checkpointer:
     _graph_part: str | None = None
     origin: str | None = None
     """Written into the next version's meta (then cleared): the `id@version` a fork or time travel left."""
+    trace: dict[str, str] = field(default_factory=dict)
+    """The running run's trace carrier, written into every header (nothing when empty)."""
 
     def __post_init__(self) -> None:
         self.fingerprint = fingerprint(self.graph_structure)
@@ -191,8 +198,10 @@ class Checkpointer:
             lease_owner=self.owner if running else None,
             lease_expires=now + self.lease_seconds if running else None, error=error, origin=self.origin,
         )
-        header = self.serializer.dumps({"format": _FORMAT, **content, "meta": _binding(meta)},
-                                       root=f"checkpoint '{self.checkpoint_id}'")
+        record = {"format": _FORMAT, **content, "meta": _binding(meta)}
+        if self.trace:
+            record["trace"] = self.trace
+        header = self.serializer.dumps(record, root=f"checkpoint '{self.checkpoint_id}'")
         await self.store.put(meta, header, content["parts"], blobs, expected_version=self.version)
         self.origin = None
         self.version = meta.version
@@ -313,7 +322,7 @@ class Checkpointer:
         problem = _record_problem(record, self.checkpoint_id)
         if problem is not None:
             raise CheckpointCorrupted(f"{where}: {problem}; {_RESTORE}")
-        content = self._read_header(record, where)
+        content, trace = self._read_header(record, where)
         lists = set(content["lists"])
         values: dict[str, Any] = {}
         for name, head in record.parts.items():
@@ -332,10 +341,11 @@ class Checkpointer:
         except Exception as err:
             raise CheckpointCorrupted(
                 f"{where}: its content does not have the expected shape ({describe(err)}); {_RESTORE}") from err
-        return Loaded(meta=record.meta, position=position, structure=structure), content
+        return Loaded(meta=record.meta, position=position, structure=structure, trace=trace), content
 
-    def _read_header(self, record: Checkpoint, where: str) -> dict[str, Any]:
-        """The header's content (parts, lists, state kind), after checking it describes this very row."""
+    def _read_header(self, record: Checkpoint, where: str) -> tuple[dict[str, Any], dict[str, str]]:
+        """The header's content (parts, lists, state kind), after checking it describes this very row,
+        and the trace carrier it holds (malformed entries dropped: it is diagnostic data)."""
         header = self.serializer.loads(record.header)
         fmt = header.get("format") if type(header) is dict else None
         if fmt == 1 and "meta" not in header:
@@ -356,7 +366,7 @@ class Checkpointer:
         if header.get("parts") != dict(record.parts) or type(lists) is not list \
                 or not all(type(n) is str for n in lists) or not _is_state_kind(state):
             raise CheckpointCorrupted(f"{where}: its header does not match its part list; {_RESTORE}")
-        return {"parts": dict(record.parts), "lists": lists, "state": state}
+        return {"parts": dict(record.parts), "lists": lists, "state": state}, clean_trace(header.get("trace"))
 
     def _check_binding(self, bound: Any, meta: CheckpointMeta, where: str) -> None:
         expected = _binding(meta)

@@ -15,6 +15,9 @@ The rules (docs/resume.md):
    changes of the step that failed), so a resume re-runs that step once.
 8. The lease is renewed from a thread (engine/lease.py); a run that lost it stops before its next step.
    A run deleted or expired while it runs stays deleted: its next write is `CheckpointNotFound`.
+9. Handlers' `on_run_start` runs once the run is read and checked, before its claim; `on_run_end` once
+   the call ends, however it ends (engine/events.py). What `on_run_start` puts in `RunInfo.trace` is
+   written with every version of this run, and the run that continues from one of them reads it.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from .errors import (
     UnknownInterrupt,
     WaypointError,
 )
-from .events import Emitter, Event
+from .events import Emitter, Event, RunInfo, clean_trace
 from .lease import LeaseKeeper
 from .resume import (
     ResumeRequest,
@@ -85,14 +88,47 @@ async def run_graph(graph: GraphShape, input: Any, opts: RunOptions, *, emitter:
     if graph.store is None or opts.checkpoint_id is None:
         _refuse_without_store(graph, opts, request)
         run.start(input)
-        try:
-            return await _execute(run, None)
-        except GraphInterrupted as paused:
-            await _announce(emitter, paused, run)
-            raise
+        return await _observed(emitter, RunInfo(graph=graph.name), lambda: _unstored(run, emitter), lambda: None)
     session = _Session(graph, opts, emitter)
     await session.prepare(run, input, request)
-    return await session.execute(run)
+    loaded = session.resumed_from
+    info = RunInfo(graph=graph.name, checkpoint_id=session.target, resumed=loaded is not None,
+                   resumed_from=loaded.meta.version if loaded is not None else None,
+                   resume_ids=tuple(sorted(request.ids)) if request is not None else (),
+                   previous_trace=loaded.trace if loaded is not None else {})
+    return await _observed(emitter, info, lambda: session.run(run, info), lambda: session.cp.version)
+
+
+async def _unstored(run: Run, emitter: Emitter) -> Any:
+    try:
+        return await _execute(run, None)
+    except GraphInterrupted as paused:
+        await _announce(emitter, paused, run)
+        raise
+
+
+async def _observed(emitter: Emitter, info: RunInfo, body: Any, version: Any) -> Any:
+    """`body()` between the handlers' `on_run_start` and `on_run_end` (which sees how it ended)."""
+    if not emitter.observes_runs:
+        return await body()
+    await emitter.run_hook("on_run_start", info)
+    try:
+        output = await body()
+    except GraphInterrupted as paused:
+        info.status, info.interrupts = "interrupted", paused.info
+        raise
+    except asyncio.CancelledError:
+        info.status = "cancelled"
+        raise
+    except BaseException as err:
+        info.status, info.error = "failed", err
+        raise
+    else:
+        info.status = "completed"
+        return output
+    finally:
+        info.version = version()
+        await emitter.run_hook("on_run_end", info)
 
 
 def _check_ids(graph: GraphShape, opts: RunOptions) -> None:
@@ -147,6 +183,8 @@ class _Session:
         self.last_status: str | None = None
         self.lease: LeaseKeeper | None = None
         self.snapshot: bytes | None = None  # durability != "step": the last finished step, encoded
+        self.claiming = False  # prepare() decided the run is claimed (written `running`) before it runs
+        self.resumed_from: Loaded | None = None  # the stored version a resume continues from
 
     # --- start or resume ---------------------------------------------------------------------------
 
@@ -160,10 +198,10 @@ class _Session:
             self._check_lease(head)
         if loaded is None or (loaded.meta.status == "completed" and opts.version is None and not request):
             self._check_new_run(loaded, input, request)
-            await self._start_new(run, input, fresh=loaded is not None)
+            self._start_new(run, input, fresh=loaded is not None)
             return
         if opts.force_new_run and self.target == self.source:  # with write_to it only allows overwriting
-            await self._start_new(run, input, fresh=True)
+            self._start_new(run, input, fresh=True)
             return
         if input is not None:
             raise CheckpointExists(self._paused_message(loaded))
@@ -184,16 +222,23 @@ class _Session:
             self.cp.origin = f"{self.source}@{loaded.meta.version}"
             run.pos.ledger = (self.cp.version or 0) + 1
             run.pos.lineage = os.urandom(8).hex()
-        await self._save(run, "running")  # the claim, with its answers: compare-and-set before any node runs
+        self.resumed_from = loaded
+        self.claiming = True  # the claim, with its answers: compare-and-set before any node runs
 
-    async def _start_new(self, run: Run, input: Any, *, fresh: bool) -> None:
+    def _start_new(self, run: Run, input: Any, *, fresh: bool) -> None:
         run.start(input)
         run.pos.ledger = (self.cp.version or 0) + 1  # the claim's version: this run's first ledger page
         run.pos.lineage = os.urandom(8).hex()  # keys of its own: not another run's on a reused ID or database
         if fresh:  # a new run on an ID that held one: its own created_at (the old versions stay history)
             self.cp.created_at = None
-        if self.durability == "step" or self.opts.force_new_run:
+        self.claiming = self.durability == "step" or self.opts.force_new_run
+
+    async def run(self, run: Run, info: RunInfo) -> Any:
+        """Claim the run (when prepare() decided so), with the trace carrier the hooks gave it, and execute it."""
+        self.cp.trace = clean_trace(info.trace)
+        if self.claiming:
             await self._save(run, "running")
+        return await self.execute(run)
 
     def _check_new_run(self, loaded: Loaded | None, input: Any, request: ResumeRequest | None) -> None:
         if request is not None:

@@ -2,9 +2,8 @@
 agent run starts and ends. Each record carries, in `extra`: `agent`, `checkpoint_id`, `node` ("model" or
 "tools"), `tool` and `call_id` for tools, `duration_ms`, and `outcome` ("ok", "error", "paused").
 
-Tracing: this module is the seam. An OpenTelemetry middleware has the same shape — open a span in
-`wrap_model` / `wrap_*_tool_call`, end it where this one logs — and graph callbacks (`callbacks=[h]` with
-`on_start` / `on_end` / `on_error`) give a span per node of any graph.
+Tracing: `OTelTracing` (middleware/otel.py, the `[otel]` extra) has the same shape, plus graph callbacks for
+a span per run and per node step.
 """
 
 from __future__ import annotations

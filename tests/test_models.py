@@ -224,6 +224,8 @@ def test_offline_model_says_what_it_is():
 
 def test_model_from_env_without_a_key_is_offline(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("WAYPOINT_MODEL_PROVIDER", raising=False)
     assert isinstance(model_from_env(), OfflineModel)
     monkeypatch.setenv("OPENAI_API_KEY", "")
     assert isinstance(model_from_env(), OfflineModel)
@@ -231,6 +233,7 @@ def test_model_from_env_without_a_key_is_offline(monkeypatch):
 
 def test_model_from_env_with_a_key_is_openai(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env-key")
+    monkeypatch.delenv("WAYPOINT_MODEL_PROVIDER", raising=False)
     monkeypatch.delenv("OPENAI_MODEL", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     model = model_from_env()

@@ -38,12 +38,47 @@ def test_importing_the_engine_stays_light():
         "import sys, json, time; t = time.perf_counter(); import waypoint.engine; "
         "print(json.dumps({'ms': (time.perf_counter() - t) * 1000, "
         "'heavy': sorted(m for m in ('sqlalchemy', 'openai', 'aiosqlite', 'waypoint.stores', "
-        "'waypoint.middleware', 'waypoint.service', 'waypoint.cmd', 'fastapi', 'starlette', 'uvicorn') "
+        "'waypoint.middleware', 'waypoint.service', 'waypoint.cmd', 'fastapi', 'starlette', 'uvicorn', "
+        "'opentelemetry', 'mcp', 'anthropic', 'httpx2') "
         "if m in sys.modules)}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     result = json.loads(out.stdout)
     assert result["heavy"] == []
+
+
+EXTRAS = {"opentelemetry": "otel", "mcp": "mcp", "anthropic": "anthropic"}
+
+
+def test_the_ecosystem_extras_load_only_when_named():
+    """`[otel]`, `[mcp]`, `[anthropic]`: importing the packages that offer them loads none of them (each takes
+    60-700 ms to import); naming the class does (the `mcp` SDK waits for the first connection)."""
+    code = (
+        "import sys, json\n"
+        "import waypoint.engine, waypoint.engine.models, waypoint.engine.tools, waypoint.middleware\n"
+        "from waypoint.engine import ChatModelAgent, Runner, tool\n"
+        f"heavy = {sorted(EXTRAS)!r}\n"
+        "before = [m for m in heavy if m in sys.modules]\n"
+        "from waypoint.middleware import OTelTracing\n"
+        "from waypoint.engine.tools import MCPServerStdio\n"
+        "MCPServerStdio('true')\n"
+        "from waypoint.engine.models import AnthropicChatModel\n"
+        "AnthropicChatModel('m', base_url='http://127.0.0.1:9', api_key='k')\n"
+        "print(json.dumps({'before': before, 'after': [m for m in heavy if m in sys.modules]}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/",
+                         env={"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"before": [], "after": ["anthropic", "opentelemetry"]}
+
+
+def test_make_test_installs_what_the_extras_tests_need():
+    """CI runs `make test`, which installs `.[dev]`: every ecosystem extra's requirements must be in it."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for extra in set(EXTRAS.values()):
+        assert extras[extra] and set(extras[extra]) <= set(extras["dev"]), extra
 
 
 def test_engine_does_not_import_outer_layers():

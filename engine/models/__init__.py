@@ -1,7 +1,7 @@
-"""Chat models and messages: `ChatModel`, `OpenAIChatModel`, `ScriptedChatModel`, `OfflineModel`,
-`model_from_env()`, and the message schema (`Message`, `ToolCall`, `Usage`, `ToolInfo`).
+"""Chat models and messages: `ChatModel`, `OpenAIChatModel`, `AnthropicChatModel`, `ScriptedChatModel`,
+`OfflineModel`, `model_from_env()`, and the message schema (`Message`, `ToolCall`, `Usage`, `ToolInfo`).
 
-`openai` is imported only when an `OpenAIChatModel` is created.
+`openai` is imported only when an `OpenAIChatModel` is created, `anthropic` when an `AnthropicChatModel` is.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from .schema import Message, ToolCall, ToolInfo, Usage, as_messages, concat_mess
 
 _LAZY = {
     "OpenAIChatModel": ".openai",
+    "AnthropicChatModel": ".anthropic",
     "ScriptedChatModel": ".scripted",
     "OfflineModel": ".offline",
     "model_from_env": ".offline",
@@ -37,6 +38,7 @@ __all__ = [
     "as_messages",
     "concat_messages",
     "OpenAIChatModel",
+    "AnthropicChatModel",
     "ScriptedChatModel",
     "OfflineModel",
     "model_from_env",

@@ -142,12 +142,30 @@ class OfflineModel:
 
 
 def model_from_env(**options: Any) -> ChatModel:
-    """`OpenAIChatModel` when `OPENAI_API_KEY` is set (model `OPENAI_MODEL`, default gpt-4o-mini; server
-    `OPENAI_BASE_URL`), else `OfflineModel()`. `options` go to `OpenAIChatModel`."""
-    key = os.environ.get("OPENAI_API_KEY")
-    if not key:
+    """The model the environment asks for; `options` go to its constructor.
+
+    `WAYPOINT_MODEL_PROVIDER` (`openai`, `anthropic` or `offline`) chooses when set. Otherwise:
+    `OpenAIChatModel` when `OPENAI_API_KEY` is set (model `OPENAI_MODEL`, default gpt-4o-mini; server
+    `OPENAI_BASE_URL`); else `AnthropicChatModel` when `ANTHROPIC_API_KEY` is set (model `ANTHROPIC_MODEL`,
+    default claude-haiku-4-5; server `ANTHROPIC_BASE_URL`); else `OfflineModel()`.
+    """
+    chosen = os.environ.get("WAYPOINT_MODEL_PROVIDER", "").strip().lower()
+    if chosen not in ("", "openai", "anthropic", "offline"):
+        from ..errors import ModelError
+
+        raise ModelError(f"WAYPOINT_MODEL_PROVIDER={chosen!r} names no provider Waypoint has; use openai, "
+                         "anthropic or offline (or unset it to choose by which API key is set)")
+    if chosen == "offline" or (not chosen and not os.environ.get("OPENAI_API_KEY")
+                               and not os.environ.get("ANTHROPIC_API_KEY")):
         return OfflineModel()
+    if chosen == "anthropic" or (not chosen and not os.environ.get("OPENAI_API_KEY")):
+        from .anthropic import AnthropicChatModel
+
+        return AnthropicChatModel(model=os.environ.get("ANTHROPIC_MODEL", "claude-haiku-4-5"),
+                                  base_url=os.environ.get("ANTHROPIC_BASE_URL"),
+                                  api_key=os.environ.get("ANTHROPIC_API_KEY"), **options)
     from .openai import OpenAIChatModel
 
     return OpenAIChatModel(model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"),
-                           base_url=os.environ.get("OPENAI_BASE_URL"), api_key=key, **options)
+                           base_url=os.environ.get("OPENAI_BASE_URL"), api_key=os.environ.get("OPENAI_API_KEY"),
+                           **options)

@@ -9,16 +9,14 @@ closes it when that loop shuts down.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
-import weakref
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ModelError
 from ._openai_errors import model_error
+from ._per_loop import ClientPerLoop
 from ._openai_wire import chunks_from_delta, message_from_completion, request_messages, request_tools
 from .base import ToolChoice
 from .schema import Message, ToolInfo, tool_infos
@@ -30,42 +28,6 @@ _DEFAULT_BASE_URL = "https://api.openai.com/v1"
 _NO_KEY = "not-needed"
 
 
-async def _close_with_loop(client: Any) -> AsyncIterator[None]:
-    # Started once in the client's loop, this generator is registered with that loop's async-generator
-    # hooks; asyncio.run() closes such generators before it closes the loop, which runs the `finally`
-    # while the loop can still do I/O. Without it the client's sockets would leak to the garbage collector.
-    try:
-        yield
-    finally:
-        await client.close()
-
-
-class _ClientPerLoop:
-    """One client per running event loop; entries for closed loops are dropped on the next lookup."""
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self._make = make
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[Any, Any]] = (
-            weakref.WeakKeyDictionary())
-        self._lock = threading.Lock()  # loops in other threads may share the model
-
-    async def get(self) -> Any:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            for stale in [other for other in self._clients if other.is_closed()]:
-                del self._clients[stale]
-            entry = self._clients.get(loop)
-            if entry is None:
-                client = self._make()
-                entry = self._clients[loop] = (client, _close_with_loop(client))
-                started = False
-            else:
-                started = True
-        if not started:
-            await entry[1].asend(None)
-        return entry[0]
-
-
 class OpenAIChatModel:
     """A chat model served over the chat-completions API (OpenAI, vLLM, Ollama, llama.cpp server, ...).
 
@@ -73,6 +35,8 @@ class OpenAIChatModel:
     (local servers ignore it). `extra` goes to every `chat.completions.create` call (`max_tokens=`,
     `seed=`, `extra_body=`, ...). Calls raise `ModelError` with `status` and `retryable`.
     """
+
+    provider = "openai"  # gen_ai.provider.name, for tracing
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
                  timeout: float = 60.0, temperature: float | None = None, **extra: Any) -> None:
@@ -93,7 +57,7 @@ class OpenAIChatModel:
                 "for a local OpenAI-compatible server pass base_url=", model=model)
         self._api_key = key or _NO_KEY
         self._errors = (openai.OpenAIError, httpx.HTTPError)
-        self._clients = _ClientPerLoop(lambda: openai.AsyncOpenAI(
+        self._clients = ClientPerLoop(lambda: openai.AsyncOpenAI(
             api_key=self._api_key, base_url=self.base_url, timeout=timeout, max_retries=0))
 
     def __repr__(self) -> str:

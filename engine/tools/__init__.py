@@ -1,8 +1,20 @@
-"""Tools for agents: `@tool`, `Tool`, `ToolContext`, `ToolsNode`, `RetryAgentRun`, `StopAgentRun`."""
+"""Tools for agents: `@tool`, `Tool`, `ToolContext`, `ToolsNode`, `RetryAgentRun`, `StopAgentRun`; tools of MCP
+servers (`MCPServerStdio`, `MCPServerStreamableHTTP`: the `[mcp]` extra, loaded when first named)."""
 
 from .node import ToolBatch, ToolEvent, ToolsNode
 from .tool import RetryAgentRun, StopAgentRun, Tool, ToolArgumentError, ToolContext, ToolInfo, tool
 from .verbs import Decision, Respond, Restart
 
+_MCP = ("MCPServerStdio", "MCPServerStreamableHTTP", "MCPTool", "MCPConnectionError")
+
+
+def __getattr__(name: str):
+    if name in _MCP:
+        from . import mcp
+
+        return getattr(mcp, name)
+    raise AttributeError(f"module 'waypoint.engine.tools' has no attribute {name!r}")
+
+
 __all__ = ["tool", "Tool", "ToolInfo", "ToolContext", "ToolArgumentError", "ToolsNode", "ToolBatch", "ToolEvent",
-           "RetryAgentRun", "StopAgentRun", "Respond", "Restart", "Decision"]
+           "RetryAgentRun", "StopAgentRun", "Respond", "Restart", "Decision", *_MCP]

@@ -115,6 +115,8 @@ class Tool:
         except json.JSONDecodeError as err:
             raise ToolArgumentError(f"the arguments are not valid JSON ({err.msg} at position {err.pos}); "
                                     "send a JSON object") from None
+        except ValueError:  # an integer longer than Python parses (sys.get_int_max_str_digits())
+            raise ToolArgumentError("the arguments hold a number too long to read; send shorter numbers") from None
         if not isinstance(data, dict):
             raise ToolArgumentError(f"the arguments must be a JSON object, not {type(data).__name__}")
         if self._model is None:

@@ -1,0 +1,95 @@
+"""A real MCP server for the tests, on the official SDK's server API (`MCPServer`).
+
+    python mcp_server.py JOURNAL                 # stdio
+    python mcp_server.py JOURNAL --http PORT     # streamable HTTP on 127.0.0.1:PORT (path /mcp)
+
+Every tool that does something appends a line to JOURNAL (`<tool> <args> <pid>`), so a test can count runs.
+`crash_once` kills the server in the middle of its first call (a marker file next to the journal remembers).
+A few tools are hostile on purpose: a name no model API accepts, a schema too large to offer.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.utilities.types import Image
+
+JOURNAL = Path(sys.argv[1])
+server = MCPServer("waypoint-test")
+
+
+def journal(line: str) -> None:
+    with JOURNAL.open("a") as fh:
+        fh.write(f"{line} {os.getpid()}\n")
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    journal(f"add {a} {b}")
+    return a + b
+
+
+@server.tool()
+def delete_file(path: str) -> str:
+    """Delete a file (pretends to)."""
+    journal(f"delete_file {path}")
+    return f"deleted {path}"
+
+
+@server.tool()
+def fail(reason: str) -> str:
+    """Always refuses."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    raise ToolError(f"refused: {reason}")
+
+
+@server.tool()
+def crash_once(note: str) -> str:
+    """Dies in the middle of its first call; answers the next one."""
+    marker = JOURNAL.with_suffix(".crashed")
+    if not marker.exists():
+        marker.write_text("1")
+        journal(f"crash_once {note} dying")
+        os._exit(3)
+    journal(f"crash_once {note}")
+    return f"survived {note}"
+
+
+@server.tool()
+def picture() -> Image:
+    """An image and no text."""
+    return Image(data=b"\x89PNG\r\n\x1a\n" + b"0" * 100, format="png")
+
+
+@server.tool()
+def flood(n: int) -> str:
+    """n characters of text."""
+    return "x" * n
+
+
+@server.tool(name="bad name!")
+def bad_name() -> str:
+    """A name no model API accepts."""
+    return "never offered"
+
+
+@server.tool(description="Huge schema.")
+def huge(**kwargs: str) -> str:
+    return "never offered"
+
+
+# A schema larger than Waypoint offers to a model: patch it after registration, as a hostile server could.
+_huge = server._tool_manager.get_tool("huge")
+_huge.parameters = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "y" * 100}
+                                                     for i in range(1000)}}
+
+if __name__ == "__main__":
+    if len(sys.argv) > 3 and sys.argv[2] == "--http":
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[3]))
+    else:
+        server.run()

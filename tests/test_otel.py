@@ -1,0 +1,300 @@
+"""OTelTracing (extra `[otel]`) with the SDK's in-memory exporter: a span per run, node step, model call and
+tool call, GenAI attributes, errors as span status, nothing secret unless asked, and a resumed run — in
+another process — linked to the run that paused it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from otel_support import recording_provider, span_dicts
+
+from waypoint.engine import END, START, ChatModelAgent, Graph, GraphInterrupted, Interrupt, Runner, tool
+from waypoint.engine.models import Message, ScriptedChatModel, ToolCall, Usage
+from waypoint.middleware import OTelTracing, SafeToolMiddleware
+from waypoint.stores import MemoryStore
+
+SCRIPT = Path(__file__).parent / "procs" / "otel_proc.py"
+SECRET = "hunter2-SECRET"
+
+
+@pytest.fixture
+def traced():
+    provider, exporter = recording_provider()
+    return OTelTracing(tracer_provider=provider), exporter
+
+
+def by_name(spans, name):
+    found = [s for s in spans if s["name"] == name]
+    assert found, (name, [s["name"] for s in spans])
+    return found
+
+
+def everything_recorded(spans) -> str:
+    return json.dumps([[s["attributes"], s["description"], s["events"], s["name"]] for s in spans], ensure_ascii=False)
+
+
+async def test_a_graph_run_is_a_span_with_a_child_per_node_step_and_errors_set_status(traced):
+    tracing, exporter = traced
+
+    def fail(x):
+        raise ValueError(f"cannot use {SECRET}")
+
+    g = Graph(name="pipeline")
+    g.add_node("a", lambda x: x + 1)
+    g.add_node("b", fail)
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("b", END)
+    with pytest.raises(Exception, match="cannot use"):
+        await g.compile().ainvoke(1, callbacks=[tracing])
+    spans = span_dicts(exporter)
+    (run,) = by_name(spans, "waypoint.run pipeline")
+    (a,) = by_name(spans, "waypoint.node a")
+    (b,) = by_name(spans, "waypoint.node b")
+    assert run["parent"] is None and a["parent"] == b["parent"] == run["span_id"]
+    assert a["status"] == "UNSET" and (a["attributes"]["waypoint.step"], b["attributes"]["waypoint.step"]) == (0, 1)
+    assert b["status"] == run["status"] == "ERROR" and b["attributes"]["error.type"] == "NodeError"
+    assert run["attributes"]["waypoint.run.status"] == "failed"
+    assert SECRET not in everything_recorded(spans)  # an error message may quote what it was given
+
+
+def agent(model, tracing, *tools_, **kw):
+    return ChatModelAgent(name="ops", model=model, tools=tools_ or [lookup], middlewares=[tracing, *kw.pop("mw", ())],
+                          **kw)
+
+
+@tool
+def lookup(word: str) -> str:
+    """Look a word up."""
+    return f"{word} means something"
+
+
+def scripted():
+    usage = Usage(prompt_tokens=30, completion_tokens=4, total_tokens=34)
+    call = ToolCall(id="call_1", name="lookup", arguments=json.dumps({"word": SECRET}))
+    return ScriptedChatModel([Message(role="assistant", tool_calls=(call,), usage=usage, finish_reason="tool_calls"),
+                              Message(role="assistant", content=f"It means {SECRET}.", usage=usage,
+                                      finish_reason="stop")])
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["generate", "stream"])
+async def test_model_and_tool_calls_follow_the_genai_conventions_and_keep_content_out(traced, streaming):
+    tracing, exporter = traced
+    runner = Runner(agent(scripted(), tracing), store=MemoryStore(), streaming=streaming, callbacks=[tracing])
+    events = [e async for e in runner.run(f"define {SECRET}", checkpoint_id="s1")]
+    assert events[-1].action.exit
+    spans = span_dicts(exporter)
+    (run,) = by_name(spans, "waypoint.run ops")
+    nodes = {s["attributes"]["waypoint.node.path"]: s for s in spans if s["name"].startswith("waypoint.node")}
+    chats = by_name(spans, "chat scripted")
+    (call,) = by_name(spans, "execute_tool lookup")
+    assert len(chats) == 2 and {c["parent"] for c in chats} <= {s["span_id"] for s in spans
+                                                                if s["name"] == "waypoint.node model"}
+    assert call["parent"] == nodes["tools"]["span_id"] and nodes["tools"]["parent"] == run["span_id"]
+    assert {s["trace_id"] for s in spans} == {run["trace_id"]}
+    first = chats[0]["attributes"]
+    assert first["gen_ai.operation.name"] == "chat" and first["gen_ai.request.model"] == "scripted"
+    assert (first["gen_ai.usage.input_tokens"], first["gen_ai.usage.output_tokens"]) == (30, 4)
+    assert first["gen_ai.response.finish_reasons"] == ["tool_calls"]
+    tool_attrs = call["attributes"]
+    assert tool_attrs["gen_ai.operation.name"] == "execute_tool" and tool_attrs["gen_ai.tool.name"] == "lookup"
+    assert tool_attrs["gen_ai.tool.call.id"] == "call_1" and tool_attrs["waypoint.tool.rerun"] is False
+    assert len(tool_attrs["waypoint.tool.idempotency_key"]) == 32 and tool_attrs["waypoint.checkpoint.id"] == "s1"
+    assert run["attributes"]["waypoint.checkpoint.id"] == "s1" and run["attributes"]["waypoint.run.status"] == "completed"
+    assert SECRET not in everything_recorded(spans)  # prompts, answers, arguments, results: none of it
+
+
+async def test_record_content_records_messages_arguments_and_results(traced):
+    provider, exporter = recording_provider()
+    tracing = OTelTracing(tracer_provider=provider, record_content=True)
+    runner = Runner(agent(scripted(), tracing), callbacks=[tracing])
+    [e async for e in runner.run(f"define {SECRET}")]
+    spans = span_dicts(exporter)
+    (call,) = by_name(spans, "execute_tool lookup")
+    assert json.loads(call["attributes"]["gen_ai.tool.call.arguments"]) == {"word": SECRET}
+    assert call["attributes"]["gen_ai.tool.call.result"] == f"{SECRET} means something"
+    chat = by_name(spans, "chat scripted")[1]["attributes"]
+    assert json.loads(chat["gen_ai.output.messages"]) == [{"role": "assistant", "content": f"It means {SECRET}."}]
+    assert {"role": "user", "content": f"define {SECRET}"} in json.loads(chat["gen_ai.input.messages"])
+
+
+async def test_a_failing_tool_and_model_set_error_status_with_the_error_type(traced):
+    tracing, exporter = traced
+
+    @tool
+    def broken(x: str) -> str:
+        """Breaks."""
+        raise RuntimeError(f"disk full near {SECRET}")
+
+    from waypoint.engine import ModelError
+
+    call = ToolCall(id="c1", name="broken", arguments='{"x": "1"}')
+    model = ScriptedChatModel([Message.assistant(tool_calls=[call]),
+                               ModelError("model 'm' failed: HTTP 503", status=503, retryable=True, model="m")])
+    runner = Runner(agent(model, tracing, broken, mw=[SafeToolMiddleware()]), callbacks=[tracing])
+    events = [e async for e in runner.run("go")]
+    assert events[-1].error is not None
+    spans = span_dicts(exporter)
+    (tool_span,) = by_name(spans, "execute_tool broken")
+    assert tool_span["status"] == "UNSET"  # SafeToolMiddleware (inside) made the error a result
+    failed = by_name(spans, "chat scripted")[1]
+    assert failed["status"] == "ERROR" and failed["attributes"]["error.type"] == "ModelError"
+    assert failed["attributes"]["http.response.status_code"] == 503
+    assert failed["attributes"]["waypoint.error.retryable"] is True
+    assert by_name(spans, "waypoint.run ops")[0]["status"] == "ERROR"
+
+    provider, exporter = recording_provider()
+    tracing = OTelTracing(tracer_provider=provider)
+    runner = Runner(agent(ScriptedChatModel([Message.assistant(tool_calls=[call])]), tracing, broken),
+                    callbacks=[tracing])
+    [e async for e in runner.run("go")]
+    (tool_span,) = by_name(span_dicts(exporter), "execute_tool broken")
+    assert tool_span["status"] == "ERROR" and tool_span["attributes"]["error.type"] == "RuntimeError"
+
+
+async def test_concurrent_runs_on_one_tracer_keep_their_own_spans(traced):
+    tracing, exporter = traced
+
+    async def slow(x):
+        await asyncio.sleep(0.01)
+        return x
+
+    g = Graph(name="pair")
+    g.add_node("a", slow)
+    g.add_node("b", slow)
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("b", END)
+    app = g.compile()
+    await asyncio.gather(*(app.ainvoke(i, callbacks=[tracing]) for i in range(5)))
+    spans = span_dicts(exporter)
+    runs = {s["span_id"]: s for s in spans if s["name"] == "waypoint.run pair"}
+    assert len(runs) == 5
+    for node in (s for s in spans if s["name"].startswith("waypoint.node")):
+        assert node["parent"] in runs and runs[node["parent"]]["trace_id"] == node["trace_id"]
+    assert sorted(len([n for n in spans if n["parent"] == r]) for r in runs) == [2] * 5
+
+
+async def test_a_call_rerun_after_its_run_stopped_midway_says_so(traced):
+    tracing, exporter = traced
+    started = asyncio.Event()
+
+    @tool
+    async def deploy(env: str) -> str:
+        """Deploy."""
+        if not started.is_set():
+            started.set()
+            await asyncio.sleep(30)  # the run is stopped here
+        return f"deployed {env}"
+
+    model = ScriptedChatModel([Message.assistant(tool_calls=[ToolCall(id="c1", name="deploy", arguments='{"env": "prod"}')]),
+                               "done"])
+    runner = Runner(agent(model, tracing, deploy), store=MemoryStore(), callbacks=[tracing])
+    consumer = asyncio.ensure_future(_drain(runner.run("go", checkpoint_id="r")))
+    await started.wait()
+    consumer.cancel()
+    await asyncio.gather(consumer, return_exceptions=True)
+    [e async for e in runner.resume("r")]
+    calls = by_name(span_dicts(exporter), "execute_tool deploy")
+    assert [c["attributes"]["waypoint.tool.rerun"] for c in calls] == [False, True]
+    assert calls[0]["attributes"]["waypoint.tool.idempotency_key"] == calls[1]["attributes"]["waypoint.tool.idempotency_key"]
+
+
+async def _drain(events):
+    async for _ in events:
+        pass
+
+
+async def test_model_text_in_names_and_ids_is_made_valid_utf8_and_clipped(traced):
+    tracing, exporter = traced
+    hostile = "\ud800evil" + "x" * 100_000
+    model = ScriptedChatModel([Message.assistant(tool_calls=[ToolCall(id=hostile, name="lookup",
+                                                                       arguments='{"word": "w"}')]), "ok"])
+    runner = Runner(agent(model, tracing), store=MemoryStore(), callbacks=[tracing])
+    [e async for e in runner.run("go", checkpoint_id=hostile[:300])]
+    spans = span_dicts(exporter)
+    (call,) = [s for s in spans if s["attributes"].get("gen_ai.operation.name") == "execute_tool"]
+    for value in (call["attributes"]["gen_ai.tool.call.id"], call["attributes"]["waypoint.checkpoint.id"]):
+        value.encode("utf-8")  # an exporter would drop the whole batch on a lone surrogate
+        assert len(value) <= 256
+    assert call["attributes"]["waypoint.checkpoint.id"].startswith("\ufffdevil")
+    assert call["attributes"]["gen_ai.tool.call.id"] == "call_0_0"  # the agent replaced the model's odd ID
+    json.dumps([s["attributes"] for s in spans], ensure_ascii=False).encode("utf-8")
+
+
+def run_proc(*args):
+    proc = subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_a_resumed_run_in_another_process_links_to_the_run_that_paused_it(tmp_path):
+    db = tmp_path / "runs.db"
+    first = run_proc(db, "ticket-9")
+    pending = first["interrupt"]
+    (paused_run,) = by_name(first["spans"], "waypoint.run ops")
+    assert paused_run["attributes"]["waypoint.run.status"] == "interrupted"
+    assert paused_run["attributes"]["waypoint.interrupt.ids"] == [pending]
+    (asked,) = by_name(first["spans"], "execute_tool execute")
+    assert asked["attributes"]["waypoint.tool.outcome"] == "paused"
+
+    second = run_proc(db, "ticket-9", "--approve", pending)  # a new process: nothing shared but the file
+    (resumed_run,) = by_name(second["spans"], "waypoint.run ops")
+    assert resumed_run["trace_id"] != paused_run["trace_id"]  # its own trace (its caller's) ...
+    (link,) = resumed_run["links"]  # ... linked to the run that paused it
+    assert (link["trace_id"], link["span_id"]) == (paused_run["trace_id"], paused_run["span_id"])
+    assert link["attributes"] == {"waypoint.link.type": "resumed_from",
+                                  "waypoint.checkpoint.version": paused_run["attributes"]["waypoint.checkpoint.version"]}
+    attrs = resumed_run["attributes"]
+    assert attrs["waypoint.run.resumed"] is True and attrs["waypoint.resume.ids"] == [pending]
+    assert attrs["waypoint.run.resumed_from"] == paused_run["attributes"]["waypoint.checkpoint.version"]
+    assert attrs["waypoint.run.status"] == "completed"
+    assert attrs["waypoint.checkpoint.version"] > attrs["waypoint.run.resumed_from"]
+    (ran,) = by_name(second["spans"], "execute_tool execute")
+    assert ran["attributes"]["waypoint.tool.resumed"] is True and ran["attributes"]["waypoint.tool.outcome"] == "ok"
+    assert ran["attributes"]["waypoint.tool.idempotency_key"] == asked["attributes"]["waypoint.tool.idempotency_key"]
+    assert "secret-dir" not in everything_recorded(first["spans"] + second["spans"])
+
+
+async def test_without_a_store_nothing_is_carried_and_pauses_still_end_every_span(traced):
+    tracing, exporter = traced
+
+    def ask(x):
+        raise Interrupt("ok?")
+
+    g = Graph(name="asks")
+    g.add_node("ask", ask)
+    g.add_edge(START, "ask")
+    g.add_edge("ask", END)
+    with pytest.raises(GraphInterrupted):
+        await g.compile().ainvoke(1, callbacks=[tracing])
+    spans = span_dicts(exporter)
+    assert [s["name"] for s in spans] == ["waypoint.node ask", "waypoint.run asks"]
+    assert spans[0]["attributes"]["waypoint.node.outcome"] == "paused"
+
+
+async def test_a_streaming_tool_is_one_span_and_node_spans_can_be_left_out():
+    provider, exporter = recording_provider()
+    tracing = OTelTracing(tracer_provider=provider, record_content=True, node_spans=False)
+
+    @tool
+    async def tail(path: str):
+        """Stream a file's end."""
+        yield f"{path}: 1\n"
+        yield f"{path}: 2\n"
+
+    model = ScriptedChatModel([Message.assistant(tool_calls=[ToolCall(id="c1", name="tail",
+                                                                       arguments='{"path": "app.log"}')]), "done"])
+    runner = Runner(agent(model, tracing, tail), streaming=True, callbacks=[tracing])
+    [e async for e in runner.run("go")]
+    spans = span_dicts(exporter)
+    assert not [s for s in spans if s["name"].startswith("waypoint.node")]
+    (run,) = by_name(spans, "waypoint.run ops")
+    (call,) = by_name(spans, "execute_tool tail")
+    assert call["parent"] == run["span_id"] and call["attributes"]["waypoint.tool.outcome"] == "ok"
+    assert call["attributes"]["gen_ai.tool.call.result"] == "app.log: 1\napp.log: 2\n"

@@ -15,11 +15,16 @@ import sys
 from collections.abc import Sequence
 
 CHAPTERS = range(1, 10)
+COMMANDS = ("demo", "chapter", "runs", "worker", "serve")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `waypoint` CLI; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    # Options written before the command (`waypoint --json runs list`) belong to it.
+    at = next((i for i, word in enumerate(argv) if word in COMMANDS), 0)
+    if at and all(word.startswith("-") or argv[i - 1] == "--db" for i, word in enumerate(argv[:at])):
+        argv = [argv[at], *argv[:at], *argv[at + 1:]]
     # Commands with parsers of their own get their words untouched (argparse would split `runs --db X list`).
     if argv[:1] == ["worker"]:
         from .worker import main as worker_main

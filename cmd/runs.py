@@ -92,7 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.db = str(getattr(args, "db", None) or default_db())
     args.json = getattr(args, "json", False)
     console = Console()
-    hint = "waypoint runs" + ("" if Path(args.db) == default_db() else f" --db {shlex.quote(args.db)}")
+    same = "://" not in str(args.db) and Path(args.db) == default_db()
+    hint = "waypoint runs" + ("" if same else f" --db {shlex.quote(str(args.db))}")
     try:
         return asyncio.run(COMMANDS[args.command](args, console, hint))
     except CheckpointCorrupted as err:
@@ -131,7 +132,7 @@ def _fail(console: Console, message: str, code: int = 1) -> int:
 
 
 async def _list(args: Any, console: Console, hint: str) -> int:
-    async with opened_store(Path(args.db)) as store:
+    async with opened_store(args.db) as store:
         metas = await store.list(status=args.status, limit=args.limit)
         found = []
         for meta in metas:
@@ -176,10 +177,10 @@ async def _show(args: Any, console: Console, hint: str) -> int:
         from .runs_resume import build_app, load_target
 
         target = load_target(args.graph)
-    async with opened_store(Path(args.db)) as store:
+    async with opened_store(args.db) as store:
         if args.graph:
             serializer = build_app(target, store)[1].get_serializer()
-        run = await read_run(store, args.id, args.version, serializer=serializer)
+        run = await read_run(store, args.id, args.version, serializer=serializer, hint=hint)
     if args.json:
         console.line(json.dumps(run_json(run), ensure_ascii=False))
     else:
@@ -188,7 +189,7 @@ async def _show(args: Any, console: Console, hint: str) -> int:
 
 
 async def _history(args: Any, console: Console, hint: str) -> int:
-    async with opened_store(Path(args.db)) as store:
+    async with opened_store(args.db) as store:
         metas = await store.history(args.id)
     if not metas:
         raise RunsError(f"no run {args.id!r} in this database; `{hint} list` shows the runs")
@@ -213,7 +214,7 @@ async def _resume(args: Any, console: Console, hint: str) -> int:
 
 
 async def _delete(args: Any, console: Console, hint: str) -> int:
-    async with opened_store(Path(args.db)) as store:
+    async with opened_store(args.db) as store:
         metas = await store.history(args.id)
         if not metas:
             raise RunsError(f"no run {args.id!r} in this database; `{hint} list` shows the runs")

@@ -81,16 +81,40 @@ def check_database(path: Path) -> None:
 
 
 @contextlib.asynccontextmanager
-async def opened_store(db: Path) -> AsyncIterator[Any]:
-    """The SQLite store on an existing Waypoint database (checked first), closed afterwards."""
-    from .console import open_store
+async def opened_store(db: str | Path) -> AsyncIterator[Any]:
+    """The store `--db` names, closed afterwards: a database URL (`postgresql+asyncpg://...`, what
+    `waypoint worker` and `waypoint serve` take), or a SQLite file checked first (never created)."""
+    text = str(db)
+    if "://" in text and not text.startswith("sqlite:///"):
+        from waypoint.stores import open_store as open_url
 
-    check_database(db)
-    store = open_store(db)
+        store = open_url(text)
+        try:
+            await store.history("waypoint-connection-check", limit=1)  # fails now if it cannot connect
+        except Exception as err:
+            await store.close()
+            raise RunsError(f"cannot open the database at {_masked(text)}: {type(err).__name__}: "
+                            f"{str(err)[:200]}; check --db") from None
+    else:
+        from .console import open_store
+
+        path = Path(text.removeprefix("sqlite:///"))
+        check_database(path)
+        store = open_store(path)
     try:
         yield store
     finally:
         await store.close()
+
+
+def _masked(url: str) -> str:
+    """The URL without its password."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@", 1)
+    return url
 
 
 def _register_types() -> None:
@@ -131,16 +155,17 @@ async def read_version(store: Any, checkpoint_id: str, version: int | None = Non
 
 
 async def read_run(store: Any, checkpoint_id: str, version: int | None = None, *, serializer: Any = None,
-                   ) -> StoredRun:
-    """`read_version`, with an unknown run or version as a `RunsError` that says what exists."""
+                   hint: str = "waypoint runs") -> StoredRun:
+    """`read_version`, with an unknown run or version as a `RunsError` that says what exists (`hint`: the
+    command with its `--db`, for the advice)."""
     history = await store.history(checkpoint_id)
     if not history:
-        raise RunsError(f"no run {checkpoint_id!r} in this database; `waypoint runs list` shows the runs")
+        raise RunsError(f"no run {checkpoint_id!r} in this database; `{hint} list` shows the runs")
     newest = history[0].version
     if version is not None and version not in {m.version for m in history}:
         known = sorted(m.version for m in history)
         raise RunsError(f"run {checkpoint_id!r} has no version {version} (it has {_span(known)}); "
-                        f"`waypoint runs history {checkpoint_id}` lists them")
+                        f"`{hint} history {checkpoint_id}` lists them")
     run = await read_version(store, checkpoint_id, version, serializer=serializer)
     if run is None:  # deleted between the two reads
         raise RunsError(f"run {checkpoint_id!r} was deleted while it was being read")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 from waypoint.engine import CompiledGraph, Graph, GraphInterrupted, WaypointError
@@ -152,10 +151,10 @@ async def resume_command(args: Any, console: Console, hint: str) -> int:
     """Resume one run; 0 when it completed or paused again, 1 when it was refused or failed."""
     answers = parse_answers(args)
     cid = args.id
-    async with opened_store(Path(args.db)) as store:
+    async with opened_store(args.db) as store:
         target = load_target(args.graph) if args.graph else None
         runner, app = build_app(target, store) if target is not None else (None, None)
-        run = await read_run(store, cid, serializer=app.get_serializer() if app is not None else None)
+        run = await read_run(store, cid, serializer=app.get_serializer() if app is not None else None, hint=hint)
         _check(run, answers, args.takeover, hint)
         if target is None:
             runner, app = build_app(_find_agent(run), store)

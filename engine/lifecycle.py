@@ -135,6 +135,21 @@ def _check_ids(graph: GraphShape, opts: RunOptions) -> None:
     for name, value in (("checkpoint_id", opts.checkpoint_id), ("write_to", opts.write_to)):
         if value is not None and (not isinstance(value, str) or not value):
             raise WaypointError(f"graph '{graph.name}': {name}={value!r} must be a non-empty string")
+        if value is not None and (len(value) > MAX_ID or "\x00" in value or not _encodable(value)):
+            raise WaypointError(f"graph '{graph.name}': {name}={value[:80]!r} must be at most {MAX_ID} characters of "
+                                "text without NUL or unpaired surrogates (every store must be able to keep it)")
+
+
+MAX_ID = 512
+"""The longest checkpoint ID a run accepts."""
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _refuse_without_store(graph: GraphShape, opts: RunOptions, request: ResumeRequest | None) -> None:

@@ -391,3 +391,49 @@ def test_a_corrupted_record_is_one_line_and_the_rest_still_reads(db):
 def test_usage_errors_exit_2(db, args):
     code, _, err = runs(*args)
     assert code == 2 and "usage: waypoint runs" in err and "Traceback" not in err
+
+
+# --- words a newcomer found wrong -------------------------------------------------------------------------
+
+def test_options_before_the_command_belong_to_it(db):
+    code, out, err = subprocess.run([str(WAYPOINT), "--json", "runs", "list", "--db", str(db)], capture_output=True,
+                                    text=True, timeout=60, env=_env()).returncode, None, None
+    assert code == 0
+    proc = subprocess.run([str(WAYPOINT), "--json", "--db", str(db), "runs", "list"], capture_output=True, text=True,
+                          timeout=60, env=_env())
+    assert proc.returncode == 0 and {r["checkpoint_id"] for r in json.loads(proc.stdout)} >= {"approve-me"}
+
+
+def test_advice_names_the_database_it_was_given(db):
+    line = refused(runs("show", "nope", db=db), "no run 'nope'")
+    assert f"--db {db}" in line and "list` shows the runs" in line
+    line = refused(runs("resume", "nope", "--approve", "x", "--graph", "runs_fixtures:agent", db=db), "no run 'nope'")
+    assert f"--db {db}" in line
+
+
+def test_runs_reads_a_postgres_database_by_url(pg_url):
+    """What `waypoint worker` and `waypoint serve` store, an operator reads with the same --db."""
+    import asyncio
+
+    from waypoint.engine import END, START, Graph
+    from waypoint.stores import SQLStore
+
+    async def make():
+        store = SQLStore(pg_url)
+        g = Graph(name="pgraph")
+        g.add_node("a", lambda x: x + 1)
+        g.add_edge(START, "a")
+        g.add_edge("a", END)
+        await g.compile(store=store).ainvoke(1, checkpoint_id="on-postgres")
+        await store.close()
+
+    asyncio.run(make())
+    proc = subprocess.run([str(WAYPOINT), "runs", "list", "--json", "--db", pg_url], capture_output=True, text=True,
+                          timeout=60, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    assert [(r["checkpoint_id"], r["status"]) for r in json.loads(proc.stdout)] == [("on-postgres", "completed")]
+    bad = pg_url.replace("postgresql+asyncpg://", "postgresql+asyncpg://nobody:secret@", 1) if "@" not in pg_url \
+        else pg_url.rsplit("/", 1)[0] + "/no_such_database"
+    proc = subprocess.run([str(WAYPOINT), "runs", "list", "--db", bad], capture_output=True, text=True, timeout=60,
+                          env=_env())
+    assert proc.returncode == 1 and "cannot open the database" in proc.stderr and "secret" not in proc.stderr

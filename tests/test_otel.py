@@ -216,13 +216,14 @@ async def test_model_text_in_names_and_ids_is_made_valid_utf8_and_clipped(traced
     model = ScriptedChatModel([Message.assistant(tool_calls=[ToolCall(id=hostile, name="lookup",
                                                                        arguments='{"word": "w"}')]), "ok"])
     runner = Runner(agent(model, tracing), store=MemoryStore(), callbacks=[tracing])
-    [e async for e in runner.run("go", checkpoint_id=hostile[:300])]
+    cid = "\u202eevil" + "x" * 500  # checkpoint IDs are text (an unpaired surrogate is refused at start)
+    [e async for e in runner.run("go", checkpoint_id=cid)]
     spans = span_dicts(exporter)
     (call,) = [s for s in spans if s["attributes"].get("gen_ai.operation.name") == "execute_tool"]
     for value in (call["attributes"]["gen_ai.tool.call.id"], call["attributes"]["waypoint.checkpoint.id"]):
         value.encode("utf-8")  # an exporter would drop the whole batch on a lone surrogate
         assert len(value) <= 256
-    assert call["attributes"]["waypoint.checkpoint.id"].startswith("\ufffdevil")
+    assert call["attributes"]["waypoint.checkpoint.id"].startswith("\u202eevil")
     assert call["attributes"]["gen_ai.tool.call.id"] == "call_0_0"  # the agent replaced the model's odd ID
     json.dumps([s["attributes"] for s in spans], ensure_ascii=False).encode("utf-8")
 

@@ -286,3 +286,16 @@ async def test_a_long_step_keeps_its_lease_on_every_store(store, durability):
         meta = (await store.history("L2"))[0]
         assert meta.status == "running" and meta.lease_expires > time.time(), meta
     assert await task == 1
+
+
+@pytest.mark.parametrize("cid", ["a\x00b", "\ud800", "x" * 513])
+async def test_a_checkpoint_id_no_store_could_keep_is_refused_before_anything_is_written(store, cid):
+    from waypoint.engine import END, START, Graph, WaypointError
+
+    g = Graph(name="ids")
+    g.add_node("a", lambda x: x)
+    g.add_edge(START, "a")
+    g.add_edge("a", END)
+    with pytest.raises(WaypointError, match="checkpoint_id"):
+        await g.compile(store=store).ainvoke(1, checkpoint_id=cid)
+    assert await store.list() == []

@@ -243,3 +243,26 @@ def test_model_from_env_with_a_key_is_openai(monkeypatch):
     monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:11434/v1")
     model = model_from_env()
     assert (model.name, model.base_url, model.server) == ("llama3.1", "http://localhost:11434/v1", "localhost:11434")
+
+
+async def test_the_offline_model_streams_word_by_word_at_the_pace_asked(monkeypatch):
+    import time
+
+    from waypoint.engine import Message
+    from waypoint.engine.models import OfflineModel, model_from_env
+
+    monkeypatch.setenv("WAYPOINT_OFFLINE_PACE", "0.05")
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "WAYPOINT_MODEL_PROVIDER"):
+        monkeypatch.delenv(name, raising=False)
+    model = model_from_env()
+    assert isinstance(model, OfflineModel) and model.word_delay == 0.05
+    times, words = [], []
+    async for chunk in model.stream([Message.user("hello there, how are you today")]):
+        times.append(time.monotonic())
+        words.append(chunk.content)
+    assert len(words) > 3 and "".join(words) == (await model.generate([Message.user("hello there, how are you today")])).content
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert min(gaps) >= 0.04  # readable: one word at a time, not all at once
+    monkeypatch.setenv("WAYPOINT_OFFLINE_PACE", "fast")
+    with pytest.raises(Exception, match="WAYPOINT_OFFLINE_PACE"):
+        model_from_env()

@@ -13,6 +13,7 @@ Called after tools ran, it summarises their results; anything else gets a plain 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -103,12 +104,16 @@ class OfflineModel:
 
     Tool-call IDs are `call_<n>`, `n` counting the assistant turns so far, so they are the same on every
     run and unique within a conversation. `banner` says what this model is; show it to users.
+    `word_delay` (seconds) paces `stream()` word by word, so streaming can be seen (0: all at once).
     """
 
     banner = BANNER
 
-    def __init__(self, *, name: str = "offline") -> None:
+    def __init__(self, *, name: str = "offline", word_delay: float = 0.0) -> None:
+        if not word_delay >= 0:
+            raise ValueError(f"OfflineModel: word_delay must be 0 or more seconds, got {word_delay!r}")
         self.name = name
+        self.word_delay = word_delay
 
     def __repr__(self) -> str:
         return f"OfflineModel(name={self.name!r})"
@@ -136,8 +141,11 @@ class OfflineModel:
 
     async def stream(self, messages: Sequence[Message], *, tools: Sequence[ToolInfo] | None = None,
                      tool_choice: ToolChoice = "auto") -> AsyncIterator[Message]:
-        """The answer in word chunks (a tool call as a first fragment, then its arguments in pieces)."""
-        for chunk in split_message(self.reply(messages, tools, tool_choice), chunk_size=None):
+        """The answer in word chunks (a tool call as a first fragment, then its arguments in pieces), each
+        `word_delay` seconds after the last."""
+        for i, chunk in enumerate(split_message(self.reply(messages, tools, tool_choice), chunk_size=None)):
+            if i and self.word_delay:
+                await asyncio.sleep(self.word_delay)
             yield chunk
 
 
@@ -157,7 +165,7 @@ def model_from_env(**options: Any) -> ChatModel:
                          "anthropic or offline (or unset it to choose by which API key is set)")
     if chosen == "offline" or (not chosen and not os.environ.get("OPENAI_API_KEY")
                                and not os.environ.get("ANTHROPIC_API_KEY")):
-        return OfflineModel()
+        return OfflineModel(word_delay=_pace())
     if chosen == "anthropic" or (not chosen and not os.environ.get("OPENAI_API_KEY")):
         from .anthropic import AnthropicChatModel
 
@@ -169,3 +177,17 @@ def model_from_env(**options: Any) -> ChatModel:
     return OpenAIChatModel(model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"),
                            base_url=os.environ.get("OPENAI_BASE_URL"), api_key=os.environ.get("OPENAI_API_KEY"),
                            **options)
+
+
+def _pace() -> float:
+    """`WAYPOINT_OFFLINE_PACE`: seconds between the offline model's streamed words (unset: no pause)."""
+    text = os.environ.get("WAYPOINT_OFFLINE_PACE", "").strip()
+    try:
+        pace = float(text) if text else 0.0
+    except ValueError:
+        pace = -1.0
+    if not 0 <= pace <= 5:
+        from ..errors import ModelError
+
+        raise ModelError(f"WAYPOINT_OFFLINE_PACE={text!r} must be seconds between streamed words, from 0 to 5")
+    return pace

@@ -64,7 +64,7 @@ def _serve(argv: list[str]) -> int:
     try:
         from waypoint.service.serve import main as serve_main
     except ModuleNotFoundError as err:
-        print(f"waypoint serve needs the service extra: pip install 'waypoint-graph[service]' ({err})", file=sys.stderr)
+        print(f"waypoint serve needs the service extra: pip install '.[service]' ({err})", file=sys.stderr)
         return 2
     return serve_main(argv)
 

@@ -4,7 +4,7 @@
     app = create_app({"ops": agent}, SQLiteStore("runs.db"))      # an ASGI app (FastAPI)
     router = create_router({"ops": agent}, store)                  # or a router for an existing app
 
-Needs the `service` extra (`pip install 'waypoint-graph[service]'`: FastAPI, uvicorn). docs/service.md
+Needs the `service` extra (`pip install '.[service]'`: FastAPI, uvicorn). docs/service.md
 describes the endpoints, the events, auth and the page.
 """
 

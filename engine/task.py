@@ -83,16 +83,20 @@ class TaskLedger:
 
 class Attempts:
     """The attempts of one model or tool call whose output is being collected: `number` counts them, and
-    everything produced under an earlier number is void (a retry middleware started the call over)."""
+    everything produced under an earlier number is void (a retry middleware started the call over).
+    Collectors nest (the model box, a tracing middleware around the call): a retry voids them all."""
 
-    def __init__(self, on_retry: Callable[[], Awaitable[None]] | None = None) -> None:
+    def __init__(self, on_retry: Callable[[], Awaitable[None]] | None = None, parent: Attempts | None = None) -> None:
         self.number = 1
         self._on_retry = on_retry
+        self._parent = parent
 
     async def retry(self) -> None:
         self.number += 1
         if self._on_retry is not None:
             await self._on_retry()
+        if self._parent is not None:
+            await self._parent.retry()
 
 
 _ATTEMPTS: ContextVar[Attempts | None] = ContextVar("waypoint_attempts", default=None)
@@ -102,7 +106,7 @@ _ATTEMPTS: ContextVar[Attempts | None] = ContextVar("waypoint_attempts", default
 def collecting_attempts(on_retry: Callable[[], Awaitable[None]] | None = None) -> Iterator[Attempts]:
     """Collect the output of one call: code that starts the call over (`start_over()`) bumps the number,
     and `on_retry` runs at once (to tell a live consumer that what it saw is void)."""
-    attempts = Attempts(on_retry)
+    attempts = Attempts(on_retry, _ATTEMPTS.get())
     token = _ATTEMPTS.set(attempts)
     try:
         yield attempts
@@ -110,7 +114,7 @@ def collecting_attempts(on_retry: Callable[[], Awaitable[None]] | None = None) -
         try:
             _ATTEMPTS.reset(token)
         except ValueError:  # reset from another context (an async generator closed elsewhere)
-            _ATTEMPTS.set(None)
+            _ATTEMPTS.set(attempts._parent)
 
 
 async def start_over() -> None:

@@ -36,6 +36,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from waypoint.engine import AgentMiddleware, Interrupt, ToolContext
+from waypoint.engine.task import collecting_attempts
 
 __all__ = ["OTelTracing"]
 
@@ -230,16 +231,18 @@ class OTelTracing(AgentMiddleware):
         """Yield `chunks`, each pulled with `span` current (so calls made meanwhile nest under it); end it."""
         seen: list[Any] = []
         iterator = chunks.__aiter__()
+        attempts = None
         try:
-            while True:
-                with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
-                    try:
-                        chunk = await iterator.__anext__()
-                    except StopAsyncIteration:
-                        break
-                if self.record_content:
-                    seen.append(chunk)
-                yield chunk
+            with collecting_attempts() as attempts:  # a retry inside voids what earlier attempts produced
+                while True:
+                    with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+                        try:
+                            chunk = await iterator.__anext__()
+                        except StopAsyncIteration:
+                            break
+                    if self.record_content:
+                        seen.append((attempts.number, chunk))
+                    yield chunk
         except Interrupt:
             if outcome_key:
                 span.set_attribute(outcome_key, "paused")
@@ -254,8 +257,9 @@ class OTelTracing(AgentMiddleware):
         else:
             if outcome_key:
                 span.set_attribute(outcome_key, "ok")
-            if seen and isinstance(seen[0], str):
-                self._content(span, content_key, "".join(seen))
+            last = [chunk for n, chunk in seen if attempts is not None and n == attempts.number]
+            if last and isinstance(last[0], str):
+                self._content(span, content_key, "".join(last))
         finally:
             span.end()
 
@@ -357,23 +361,26 @@ class _ModelStream:
         collected: list[Any] = []
         iterator = chunks.__aiter__()
         span = self.span
+        attempts = None
         try:
-            while True:
-                with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
-                    try:
-                        chunk = await iterator.__anext__()
-                    except StopAsyncIteration:
-                        break
-                collected.append(chunk)
-                yield chunk
+            with collecting_attempts() as attempts:  # a retry inside voids what earlier attempts produced
+                while True:
+                    with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+                        try:
+                            chunk = await iterator.__anext__()
+                        except StopAsyncIteration:
+                            break
+                    collected.append((attempts.number, chunk))
+                    yield chunk
         except GeneratorExit:
             raise
         except BaseException as err:
             tracing._failed(span, err)
             raise
         else:
-            if collected:
-                self.traced._answered(span, concat_messages(collected))
+            last = [chunk for n, chunk in collected if attempts is not None and n == attempts.number]
+            if last:
+                self.traced._answered(span, concat_messages(last))
         finally:
             span.end()
 

@@ -299,3 +299,51 @@ async def test_a_streaming_tool_is_one_span_and_node_spans_can_be_left_out():
     (call,) = by_name(spans, "execute_tool tail")
     assert call["parent"] == run["span_id"] and call["attributes"]["waypoint.tool.outcome"] == "ok"
     assert call["attributes"]["gen_ai.tool.call.result"] == "app.log: 1\napp.log: 2\n"
+
+
+async def test_recorded_content_is_the_attempt_a_retry_kept():
+    """With `record_content=True` and a retry middleware inside the tracing one, the spans show what was stored:
+    never the voided attempt's text, tool calls or chunks."""
+    from waypoint.engine import ModelError, RetryPolicy
+    from waypoint.middleware import ModelRetryMiddleware, ToolRetryMiddleware
+
+    fast = RetryPolicy(max_attempts=3, initial_interval=0.001, jitter=False)
+    tries = {"model": 0, "tool": 0}
+
+    class Flaky:
+        name = "flaky"
+
+        async def stream(self, messages, **_):
+            if messages[-1].role == "tool":
+                yield Message.assistant("done")
+                return
+            tries["model"] += 1
+            if tries["model"] == 1:
+                yield Message.assistant("I will wipe it ")
+                yield Message.assistant(tool_calls=[ToolCall(index=0, id="void1", name="tail", arguments='{"path": "/etc')])
+                raise ModelError("dropped", retryable=True)
+            yield Message.assistant("Reading the log ")
+            yield Message.assistant(tool_calls=[ToolCall(index=0, id="good1", name="tail", arguments='{"path": "/x"}')])
+
+    @tool
+    async def tail(path: str):
+        """Stream a file."""
+        tries["tool"] += 1
+        yield f"attempt{tries['tool']}\n"
+        if tries["tool"] == 1:
+            raise ConnectionError("dropped")
+        yield "line2\n"
+
+    provider, exporter = recording_provider()
+    tracing = OTelTracing(tracer_provider=provider, record_content=True)
+    runner = Runner(ChatModelAgent(name="o", model=Flaky(), tools=[tail],
+                                   middlewares=[tracing, ModelRetryMiddleware(fast), ToolRetryMiddleware(fast)]),
+                    store=MemoryStore(), streaming=True, callbacks=[tracing])
+    async for event in runner.run("go", checkpoint_id="o"):
+        if event.output is not None:
+            await event.output.get_message()
+    spans = span_dicts(exporter)
+    recorded = everything_recorded(spans)
+    assert "wipe" not in recorded and "void1" not in recorded and "attempt1" not in recorded
+    (tool_span,) = by_name(spans, "execute_tool tail")
+    assert tool_span["attributes"]["gen_ai.tool.call.result"] == "attempt2\nline2\n"

@@ -328,3 +328,105 @@ async def test_a_cancelled_tools_step_resumes_without_running_a_finished_call_ag
     assert ran == Counter({"fast": 1, "slow": 2})  # fast came from the ledger; slow ran again
     reruns = [e.action.rerun.name for e in seen if e.action is not None and e.action.rerun is not None]
     assert reruns == ["slow"] and seen[-1].action.exit
+
+
+# --- found by attacking: hostile arguments, sync code, a bypass ------------------------------------------------------
+
+async def test_arguments_nested_too_deep_are_an_error_the_model_reads():
+    deep = "[" * 100_000 + "]" * 100_000
+    model = ScriptedChatModel([Message.assistant(tool_calls=[ToolCall(id="c", name="execute",
+                                                                      arguments=f'{{"command": {deep}}}')]),
+                               lambda msgs, _: msgs[-1].content])
+    runner = Runner(ChatModelAgent(name="deep", model=model, tools=[execute]), store=MemoryStore())
+    seen = await consume(runner.run("go", checkpoint_id="deep"))
+    assert "nested too deeply" in seen[-1][2] and not ran
+
+
+def test_a_plain_generator_is_refused_as_a_tool():
+    def lines(path: str):
+        """Lines."""
+        yield "a"
+
+    with pytest.raises(TypeError, match="async def"):
+        tool(lines)
+
+
+async def test_a_sync_unknown_tool_handler_runs_off_the_loop():
+    import time as clock
+
+    def slow_handler(name: str, arguments: str) -> str:
+        clock.sleep(0.4)
+        return "handled"
+
+    model = ScriptedChatModel([calls(("nope", {})), lambda msgs, _: msgs[-1].content])
+    runner = Runner(ChatModelAgent(name="h", model=model, tools=[execute], unknown_tool_handler=slow_handler))
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    task = asyncio.ensure_future(ticker())
+    seen = await consume(runner.run("go"))
+    task.cancel()
+    assert seen[-1][2] == "handled" and ticks >= 15
+
+
+async def test_a_tools_node_refuses_a_stored_run_without_a_ledger():
+    """`compile()` refuses the cheaper durability modes for an agent; `with_store(..., durability=...)` must
+    not be a way around it."""
+    model = ScriptedChatModel([calls(("execute", {"command": "pay"}))])
+    app = ChatModelAgent(name="b", model=model, tools=[execute]).compile().with_store(MemoryStore(), durability="exit")
+    with pytest.raises(NodeError, match="durability='step'"):
+        await app.ainvoke("go", checkpoint_id="b")
+    assert not ran
+
+
+async def test_a_streaming_consumer_ends_with_the_message_that_was_stored():
+    """The agent replaces repeated call IDs and an `after_model` hook redacts the text: the live chunks differ
+    from what is stored, so the consumer's last output for the call is the stored message."""
+    from waypoint.engine import AgentMiddleware
+
+    class Redact(AgentMiddleware):
+        async def after_model(self, ctx, message):
+            return message.model_copy(update={"content": message.content.replace("SECRET", "[redacted]")})
+
+    first = Message.assistant("the SECRET plan", tool_calls=[ToolCall(id="dup", name="execute", arguments='{"command": "a"}'),
+                                                            ToolCall(id="dup", name="execute", arguments='{"command": "b"}')])
+    model = ScriptedChatModel([first, lambda msgs, _: "done"])
+    runner = Runner(ChatModelAgent(name="r", model=model, tools=[execute], middlewares=[Redact()]),
+                    store=MemoryStore(), streaming=True)
+    shown = []
+    async for event in runner.run("go", checkpoint_id="r"):
+        if event.output is not None and event.output.role == "assistant":
+            shown.append(await event.output.get_message())
+    stored = next(m for m in (await runner.app.get_run("r")).state.messages if m.tool_calls)
+    last = [m for m in shown if m.tool_calls or "plan" in (m.content or "")][-1]
+    assert last.content == stored.content == "the [redacted] plan"
+    assert [c.id for c in last.tool_calls] == [c.id for c in stored.tool_calls] == ["dup", "call_0_1"]
+
+
+@pytest.mark.parametrize("how", ["paused", "failed"])
+async def test_an_abandoned_turn_tells_the_model_what_did_run(how):
+    """A call that finished before its sibling paused (or failed) keeps its real result when the turn is
+    abandoned; only the calls that did not finish are marked abandoned."""
+    @tool
+    def delete(path: str) -> str:
+        """Delete."""
+        if how == "failed":
+            raise OSError("disk gone")
+        return "deleted"
+
+    model = ScriptedChatModel([calls(("execute", {"command": "send email"}), ("delete", {"path": "/x"})),
+                               lambda msgs, _: "fresh start"])
+    guard = [ApprovalMiddleware({"delete"})] if how == "paused" else []
+    runner = Runner(ChatModelAgent(name="a", model=model, tools=[execute, delete], middlewares=guard),
+                    store=MemoryStore())
+    await consume(runner.run("go", checkpoint_id="a"))
+    assert ran["send email"] == 1
+    await consume(runner.run("never mind", checkpoint_id="a", force_new_run=True))
+    told = {m.tool_call_id: m.content for m in (await runner.app.get_run("a")).state.messages if m.role == "tool"}
+    assert told["call_0"] == "ran send email" and "abandoned" in told["call_1"]
+    assert ran["send email"] == 1

@@ -25,7 +25,7 @@ from ..serde import register_type
 from ..task import collecting_attempts, current_checkpoint_id, emit_chunk
 from ..tools.node import ToolsNode
 from ..tools.verbs import Decision
-from .middleware import AgentContext
+from .middleware import AgentContext, StoredMessage
 
 __all__ = ["ChatModelAgent", "AgentState"]
 
@@ -141,10 +141,13 @@ class ChatModelAgent:
         for mw in reversed(self.middlewares):
             wrap = getattr(mw, "wrap_model", None)
             model = wrap(model, ctx) if wrap is not None else model
-        message = _with_call_ids(await self._ask(model, state, streaming), state.iterations)
+        streamed = await self._ask(model, state, streaming)
+        message = _with_call_ids(streamed, state.iterations)
         for mw in self.middlewares:
             rewritten = await _call(getattr(mw, "after_model", None), ctx, message)
             message = rewritten if isinstance(rewritten, Message) else message
+        if streaming and _shown(message) != _shown(streamed):  # the live chunks are not what is stored
+            await emit_chunk(StoredMessage(message))
         state.messages.append(message)
         state.iterations += 1
         if not message.tool_calls or self.return_tool_requests:
@@ -196,6 +199,11 @@ def _with_call_ids(message: Message, iteration: int) -> Message:
         seen.add(call_id)
         calls.append(ToolCall(id=call_id, name=c.name, arguments=c.arguments))
     return message.model_copy(update={"tool_calls": tuple(calls)})
+
+
+def _shown(message: Message) -> tuple[Any, ...]:
+    """What a reader of the message sees: its text and its calls (not stream indexes)."""
+    return message.content, tuple((c.id, c.name, c.arguments) for c in message.tool_calls)
 
 
 def _plain_id(call_id: str | None) -> bool:

@@ -23,7 +23,8 @@ from ..models.base import ChatModel
 from ..models.schema import Message
 from ..tools.tool import ToolContext
 
-__all__ = ["AgentMiddleware", "AgentContext", "RetryNotice", "InvokableEndpoint", "StreamableEndpoint"]
+__all__ = ["AgentMiddleware", "AgentContext", "RetryNotice", "StoredMessage", "InvokableEndpoint",
+           "StreamableEndpoint"]
 
 InvokableEndpoint = Callable[[str], Awaitable[str]]
 StreamableEndpoint = Callable[[str], AsyncIterator[str]]
@@ -36,6 +37,15 @@ class AgentContext:
     agent_name: str
     state: Any
     checkpoint_id: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """Published (`emit_chunk`) by the model box when the message it stores differs from the chunks it
+    streamed (call IDs the agent replaced, an `after_model` rewrite): a streaming consumer's last output for
+    the call is then this message, so what it ends with is what was stored."""
+
+    message: Message
 
 
 @dataclass(frozen=True, kw_only=True)

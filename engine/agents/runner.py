@@ -26,7 +26,7 @@ from ..models.schema import Message, as_messages, concat_messages
 from ..tools.node import ToolEvent
 from ..tools.verbs import Decision
 from .chat_agent import ChatModelAgent
-from .middleware import RetryNotice
+from .middleware import RetryNotice, StoredMessage
 
 __all__ = ["Runner", "AgentEvent", "AgentOutput", "AgentAction", "ToolRerun"]
 
@@ -155,11 +155,27 @@ class Runner:
             last = await self.app.get_run(checkpoint_id)
             usable = last is not None and last.state is not None and (force_new_run or last.meta.status == "completed")
             if usable:
-                history = _close_abandoned(list(last.state.messages))
+                finished = await self._finished_calls(checkpoint_id) if last.meta.status != "completed" else {}
+                history = _close_abandoned(list(last.state.messages), finished)
         options = {"checkpoint_id": checkpoint_id, "force_new_run": force_new_run}
         async with contextlib.aclosing(self._events([*history, *as_messages(messages)], options, callbacks)) as events:
             async for event in events:  # closing this iterator (or cancelling its consumer) cancels the run
                 yield event
+
+    async def _finished_calls(self, checkpoint_id: str) -> dict[int, str]:
+        """Results of the abandoned turn's calls that did finish (by position in their message)."""
+        from ..checkpoint import Checkpointer
+        from ..task import TaskLedger
+
+        app = self.app
+        reader = Checkpointer(store=self.store, serializer=app.get_serializer(), checkpoint_id=checkpoint_id,
+                              graph_structure=app.structure)
+        loaded = await reader.load()
+        if loaded is None:
+            return {}
+        address = f"runnable:{self.agent.name};node:tools"
+        ledger = TaskLedger(self.store, app.get_serializer(), checkpoint_id, loaded.position.ledger, address)
+        return await self.agent.tools_node.results_so_far(loaded.position, address, ledger)
 
     async def resume(self, checkpoint_id: str, *, takeover: bool = False, expected_version: int | None = None,
                      callbacks: Sequence[Any] = ()) -> AsyncIterator[AgentEvent]:
@@ -250,9 +266,16 @@ class _Live:
         data = event.data
         if isinstance(data, RetryNotice) and data.what == "model" and self.model_stream is not None:
             self.model_stream.close()  # what it streamed is void; the next attempt opens a new stream
+        elif isinstance(data, StoredMessage):  # what is stored differs from what streamed: the last word is it
+            if self.model_stream is not None:
+                self.model_stream.close()
+            stream = _Stream(opened_by=data)
+            stream.put(data.message)
+            stream.close()
+            self.model_streams.append(stream)
         elif event.node_path == ("model",) and isinstance(data, Message):
             if self.model_stream is None or self.model_stream.closed:
-                self.model_stream = _Stream()
+                self.model_stream = _Stream(opened_by=data)
                 self.model_streams.append(self.model_stream)
             self.model_stream.put(data)
         elif isinstance(data, ToolEvent) and self.streaming:
@@ -303,7 +326,7 @@ class _Live:
         if kind == "chunk" and isinstance(data, RetryNotice):
             return [self._event(action=AgentAction(retry=data))]
         if path == ("model",):
-            if kind == "chunk" and self.streaming and self.model_streams and data is self.model_streams[0].first:
+            if kind == "chunk" and self.streaming and self.model_streams and data is self.model_streams[0].opened_by:
                 return [self._event(output=AgentOutput(role="assistant", stream=self.model_streams.popleft()))]
             if kind == "end" and not self.streaming:
                 return [self._event(output=AgentOutput(role="assistant", message=data))]
@@ -334,21 +357,30 @@ ABANDONED = "[abandoned] this call did not run: its turn was abandoned (force_ne
 """The result given to a tool call of an abandoned turn, so the conversation stays valid for the model."""
 
 
-def _close_abandoned(messages: list[Message]) -> list[Message]:
-    """Every tool call gets a tool message: calls an abandoned turn left unanswered get `ABANDONED`, right
-    after the answers their message did get (chat-completions servers refuse a history without them)."""
+def _close_abandoned(messages: list[Message], finished: dict[int, str]) -> list[Message]:
+    """Every tool call gets a tool message, right after the answers its message did get (chat-completions
+    servers refuse a history without them): a call of the abandoned turn that finished gets its real result
+    (`finished`, by position in the last message with calls), any other `ABANDONED`."""
+    last = max((i for i, m in enumerate(messages) if m.role == "assistant" and m.tool_calls), default=-1)
     out: list[Message] = []
-    open_calls: list[Any] = []
-    for message in messages:
+    open_calls: list[tuple[int, Any]] = []
+    opened_at = -1
+
+    def close() -> None:
+        for at, c in open_calls:
+            text = finished.get(at, ABANDONED) if opened_at == last else ABANDONED
+            out.append(Message.tool(text, tool_call_id=c.id, name=c.name))
+
+    for i, message in enumerate(messages):
         if message.role != "tool" and open_calls:
-            out.extend(Message.tool(ABANDONED, tool_call_id=c.id, name=c.name) for c in open_calls)
+            close()
             open_calls = []
         out.append(message)
         if message.role == "assistant" and message.tool_calls:
-            open_calls = list(message.tool_calls)
+            open_calls, opened_at = list(enumerate(message.tool_calls)), i
         elif message.role == "tool":
-            open_calls = [c for c in open_calls if c.id != message.tool_call_id]
-    out.extend(Message.tool(ABANDONED, tool_call_id=c.id, name=c.name) for c in open_calls)
+            open_calls = [(at, c) for at, c in open_calls if c.id != message.tool_call_id]
+    close()
     return out
 
 

@@ -23,7 +23,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import CheckpointConflict
+from ..errors import CheckpointConflict, WaypointError
+from ..node_calls import in_daemon_thread
+from ..scope import current_task
 from ..interrupts import CompositeInterrupt, Interrupt
 from ..models.schema import Message, ToolCall, ToolInfo
 from ..resume import (
@@ -159,6 +161,11 @@ class ToolsNode:
 
     async def _step(self, calls: list[_Call]) -> _Step:
         ledger = task_ledger()
+        if ledger is None and current_checkpoint_id() is not None:
+            raise WaypointError(
+                f"run '{current_checkpoint_id()}': a tools node runs only with durability='step' when its run is "
+                "stored (the other modes keep no tool ledger, so a resume after a failed or cancelled step would run "
+                "its finished calls again); compile the graph with durability='step'")
         recorded = await ledger.recorded() if ledger is not None else {}
         # A paused state of format 1 keyed calls by the model's ID: read it by the first call with that ID
         # (format 1 could not tell two calls with one ID apart anyway).
@@ -206,6 +213,20 @@ class ToolsNode:
         done = [finished[c.slot][2] for c in calls if len(finished[c.slot]) > 2 and finished[c.slot][2] is not None]
         return ToolBatch(messages=messages, stop=stop, names=[c.call.name for c in calls],
                          decisions=[*step.decisions, *done])
+
+    @staticmethod
+    async def results_so_far(position: Any, address: str, ledger: TaskLedger | None) -> dict[int, str]:
+        """The calls of the batch a stored run stopped in that had finished, by position: their results from
+        the paused state (`position.interrupts[...]`) and from the tool ledger. `address` is the tools node's."""
+        node = address.rsplit(";node:", 1)[-1]
+        record = position.interrupts.get(node)
+        saved = record.state if record is not None and isinstance(record.state, dict) else {}
+        outcomes = dict(saved.get("done") or {}) if saved.get("v") == _STATE else {}
+        for key, value in (await ledger.recorded() if ledger is not None else {}).items():
+            kind, _, slot = key.partition(":")
+            if kind == "result":
+                outcomes.setdefault(slot, value)
+        return {int(slot.split(":", 1)[0]): outcome[0] for slot, outcome in outcomes.items()}
 
     def _event(self, c: _Call, kind: str, **fields: Any) -> ToolEvent:
         return ToolEvent(kind=kind, call_id=c.call.id, name=c.call.name, index=c.index, ref=c.ref,  # type: ignore[arg-type]
@@ -324,9 +345,16 @@ class ToolsNode:
 
 
 def _handler(handler: Callable[[str, str], Any], name: str) -> Callable[[str], Any]:
-    """`unknown_tool_handler(name, arguments_json)` as an invokable endpoint."""
+    """`unknown_tool_handler(name, arguments_json)` as an invokable endpoint (a sync one off the loop, like
+    a sync tool)."""
+    is_async = inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None))
+
     async def endpoint(args_json: str) -> str:
-        result = handler(name, args_json)
+        scope = current_task()
+        if not is_async and scope is not None and scope.run.offload_sync:
+            result = await in_daemon_thread(handler, name, args_json)
+        else:
+            result = handler(name, args_json)
         return _text(await result if inspect.isawaitable(result) else result)
 
     return endpoint

@@ -90,6 +90,9 @@ class Tool:
                  info: ToolInfo | None = None) -> None:
         if not callable(fn):
             raise TypeError(f"a tool needs a function, got {fn!r}")
+        if inspect.isgeneratorfunction(fn):
+            raise TypeError(f"tool {name or getattr(fn, '__name__', fn)!r}: a plain generator cannot stream; make it "
+                            "`async def` with `yield` (a streaming tool), or return the whole result")
         self.fn = fn
         self.streams = inspect.isasyncgenfunction(fn)
         self.is_async = inspect.iscoroutinefunction(fn)
@@ -117,12 +120,16 @@ class Tool:
                                     "send a JSON object") from None
         except ValueError:  # an integer longer than Python parses (sys.get_int_max_str_digits())
             raise ToolArgumentError("the arguments hold a number too long to read; send shorter numbers") from None
+        except RecursionError:  # nested deeper than the parser goes
+            raise ToolArgumentError("the arguments are nested too deeply to read; send a flatter JSON object") from None
         if not isinstance(data, dict):
             raise ToolArgumentError(f"the arguments must be a JSON object, not {type(data).__name__}")
         if self._model is None:
             return data
         try:
             checked = self._model.model_validate(data)
+        except RecursionError:
+            raise ToolArgumentError("the arguments are nested too deeply to check; send a flatter JSON object") from None
         except ValidationError as err:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in err.errors())
             raise ToolArgumentError(f"the arguments do not fit the tool: {problems}") from None

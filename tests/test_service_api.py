@@ -147,7 +147,9 @@ def test_stale_resumes_are_409_with_the_current_version(client, calls):
     assert r.status_code == 409 and r.json()["current_version"] == version and r.json()["status"] == "interrupted"
     assert "moved on" in r.json()["detail"]
     assert client.get("/runs/t5").json()["version"] == version  # the refused resume wrote nothing
-    ok = client.post("/runs/t5/resume", json={"answers": [{"action": "approve", "interrupt_id": iid}], "wait": True})
+    digest = run["interrupts"][0]["digest"]
+    ok = client.post("/runs/t5/resume", json={"answers": [{"action": "approve", "interrupt_id": iid, "digest": digest}],
+                                              "wait": True})
     assert ok.status_code == 200 and ok.json()["status"] == "completed"
     again = client.post("/runs/t5/resume", json={"answers": [{"action": "approve", "interrupt_id": iid}],
                                                  "expected_version": version})
@@ -158,7 +160,8 @@ def test_stale_resumes_are_409_with_the_current_version(client, calls):
 
 def test_an_interrupt_that_is_no_longer_pending_is_409_listing_what_is(client):
     run = paused(client, "t6")
-    r = client.post("/runs/t6/resume", json={"answers": [{"action": "approve", "interrupt_id": "0123456789abcdef"}]})
+    r = client.post("/runs/t6/resume", json={"answers": [{"action": "approve", "interrupt_id": "0123456789abcdef",
+                                                          "digest": run["interrupts"][0]["digest"]}]})
     assert r.status_code == 409 and r.json()["pending"] == [run["interrupts"][0]["id"]]
 
 
@@ -189,7 +192,8 @@ def test_bad_input_is_422_naming_the_field(client):
     resumes = [
         ({"answers": [{"action": "maybe", "interrupt_id": iid}]}, ["body", "answers", 0]),
         ({"answers": [{"action": "approve"}]}, ["body", "answers", 0, "approve", "interrupt_id"]),
-        ({"answers": [{"action": "approve", "interrupt_id": iid}, {"action": "reject", "interrupt_id": iid}]},
+        ({"answers": [{"action": "approve", "interrupt_id": iid, "digest": "d"},
+                      {"action": "reject", "interrupt_id": iid}]},
          ["body", "answers", 1, "interrupt_id"]),
         ({"answers": []}, ["body", "answers"]),  # it waits on an answer
         ({"expected_version": 0}, ["body", "expected_version"]),
@@ -259,7 +263,7 @@ def test_the_openapi_document_is_served_behind_the_token(served, client):
         assert anonymous.get("/openapi.json").status_code == 401
 
 
-def _race(served_pair, cid: str, iid: str, answers: list | None = None) -> list[int]:
+def _race(served_pair, cid: str, iid: str, digest: str, answers: list | None = None) -> list[int]:
     """POST the same approval from two threads at the same moment; the status codes, sorted."""
     barrier, codes = threading.Barrier(2), []
     answers = answers if answers is not None else []
@@ -267,7 +271,8 @@ def _race(served_pair, cid: str, iid: str, answers: list | None = None) -> list[
     def resume(server):
         with server.client() as c:
             barrier.wait()
-            r = c.post(f"/runs/{cid}/resume", json={"answers": [{"action": "approve", "interrupt_id": iid}]})
+            r = c.post(f"/runs/{cid}/resume", json={"answers": [{"action": "approve", "interrupt_id": iid,
+                                                                 "digest": digest}]})
             codes.append(r.status_code)
             answers.append(r.json())
 
@@ -282,7 +287,8 @@ def _race(served_pair, cid: str, iid: str, answers: list | None = None) -> list[
 def test_two_concurrent_resumes_one_200_one_409_and_the_tool_runs_once(served, client, calls):
     for n in range(3):  # a few rounds: whichever request comes first, exactly one wins
         run = paused(client, f"race{n}", f"deploy {n}")
-        assert _race([served, served], f"race{n}", run["interrupts"][0]["id"]) == [200, 409]
+        pending = run["interrupts"][0]
+        assert _race([served, served], f"race{n}", pending["id"], pending["digest"]) == [200, 409]
         wait_status(client, f"race{n}", "completed")
     assert calls == ["deploy 0", "deploy 1", "deploy 2"]
 
@@ -292,7 +298,7 @@ def test_two_servers_on_one_database_one_200_one_409(tmp_path):
     apps = [create_app(approval_agent(calls), SQLiteStore(tmp_path / "runs.db"), auth=TOKEN) for _ in range(2)]
     with Served(apps[0]) as a, Served(apps[1]) as b, a.client() as c:
         run = paused(c, "shared")
-        assert _race([a, b], "shared", run["interrupts"][0]["id"]) == [200, 409]
+        assert _race([a, b], "shared", run["interrupts"][0]["id"], run["interrupts"][0]["digest"]) == [200, 409]
         wait_status(c, "shared", "completed")
     assert calls == ["uptime"]
 
@@ -327,7 +333,7 @@ def test_the_409_comes_from_the_stores_compare_and_set(tmp_path):
     gate = _BothReadFirst(SQLiteStore(tmp_path / "runs.db"), "cas", run["version"])
     answers: list[dict] = []
     with Served(create_app(approval_agent(calls), gate, auth=TOKEN)) as s, s.client() as c:
-        assert _race([s, s], "cas", run["interrupts"][0]["id"], answers) == [200, 409]
+        assert _race([s, s], "cas", run["interrupts"][0]["id"], run["interrupts"][0]["digest"], answers) == [200, 409]
         assert gate.claims == 2  # both got as far as writing the claim
         wait_status(c, "cas", "completed")
     assert calls == ["uptime"]
@@ -375,7 +381,8 @@ def test_mounted_under_a_prefix_in_an_existing_app(tmp_path):
         assert '<base href="/waypoint/">' in page and 'src="ui/static/app.js"' in page
         r = c.post("/waypoint/ui/login", json={"token": TOKEN}, headers={"X-Requested-With": "waypoint"})
         assert "Path=/waypoint/" in r.headers["set-cookie"]
-        answer = {"answers": [{"action": "approve", "interrupt_id": run["interrupts"][0]["id"]}], "wait": True}
+        answer = {"answers": [{"action": "approve", "interrupt_id": run["interrupts"][0]["id"],
+                               "digest": run["interrupts"][0]["digest"]}], "wait": True}
         assert c.post("/waypoint/runs/m1/resume", json=answer).json()["status"] == "completed"
     assert calls == ["ls"]
     assert router.service.logs.hub.closed  # the router's lifespan ran in the app's shutdown
@@ -397,7 +404,8 @@ def test_a_damaged_run_is_500_to_read_and_does_not_hide_the_other_approvals(tmp_
 def test_restart_runs_the_call_again_with_new_arguments(client, calls):
     run = paused(client, "t9", "rm -rf /")
     r = client.post("/runs/t9/resume", json={"answers": [{"action": "restart", "interrupt_id": run["interrupts"][0]["id"],
-                                                          "replace_input": {"command": "ls /"}}], "wait": True})
+                                                          "replace_input": {"command": "ls /"}}],
+                                             "expected_version": run["version"], "wait": True})
     assert r.status_code == 200 and r.json()["status"] == "completed"
     assert calls == ["ls /"]
     assert r.json()["decisions"][0]["verb"] == "restarted"

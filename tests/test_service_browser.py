@@ -9,11 +9,9 @@ by .ci/run) that is a failure instead.
 from __future__ import annotations
 
 import os
-import queue
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -22,8 +20,9 @@ import pytest
 
 pytest.importorskip("fastapi")
 
+from service_support import PROCS, ServeProcess  # noqa: E402
+
 TOKEN = "browser-token-3c4d5e6f"
-PROCS = Path(__file__).resolve().parent / "procs"
 CHROMIUM_FLAGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -43,58 +42,6 @@ def _chromium() -> str:
             pytest.fail(f"WAYPOINT_REQUIRE_BROWSER=1 but {why}")
         pytest.skip(why)
     return path
-
-
-class ServeProcess:
-    """`waypoint serve` on a free port in a child process; its output is collected (for the token check)."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tool_log = tmp / "ran.txt"
-        env = {**os.environ, "WAYPOINT_TOKEN": TOKEN, "SERVICE_TOOL_LOG": str(self.tool_log),
-               "PYTHONPATH": os.pathsep.join([str(PROCS), os.environ.get("PYTHONPATH", "")])}
-        env = {k: v for k, v in env.items() if not k.startswith("OPENAI_")}
-        waypoint = str(Path(sys.executable).parent / "waypoint")
-        self.proc = subprocess.Popen([waypoint, "serve", "--db", str(tmp / "runs.db"), "--agents",
-                                      "service_agent:build", "--port", "0"], cwd=tmp, env=env, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.output: list[str] = []
-        self.lines: queue.Queue[str] = queue.Queue()
-        for stream in (self.proc.stdout, self.proc.stderr):
-            threading.Thread(target=self._drain, args=(stream,), daemon=True).start()
-        self.url = self._wait_for_banner()
-
-    def _drain(self, stream) -> None:
-        for line in stream:
-            self.output.append(line)
-            self.lines.put(line)
-
-    def _wait_for_banner(self) -> str:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=0.5)
-            except queue.Empty:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            if line.startswith("waypoint serve: http://"):
-                return line.split()[2].removesuffix("/ui")
-        self.stop()
-        raise AssertionError("waypoint serve did not start:\n" + "".join(self.output))
-
-    def stop(self) -> str:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        time.sleep(0.1)  # let the drain threads read what is left
-        return "".join(self.output)
-
-    def ran(self) -> list[str]:
-        return self.tool_log.read_text().splitlines() if self.tool_log.exists() else []
 
 
 def _paused(api: httpx.Client, cid: str, command: str) -> dict:
@@ -118,7 +65,7 @@ def test_the_page_approves_and_rejects_paused_runs_live(tmp_path):
     chromium = _chromium()
     from playwright.sync_api import expect, sync_playwright
 
-    server = ServeProcess(tmp_path)
+    server = ServeProcess(tmp_path, agents="service_agent:build", token=TOKEN)
     try:
         with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as api, \
                 sync_playwright() as pw:

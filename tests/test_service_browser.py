@@ -8,12 +8,14 @@ by .ci/run) that is a failure instead.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -45,7 +47,8 @@ def _chromium() -> str:
 
 
 def _paused(api: httpx.Client, cid: str, command: str) -> dict:
-    r = api.post("/runs", json={"input": f"please run the command {command}", "checkpoint_id": cid, "wait": True})
+    r = api.post("/runs", json={"agent": "ops", "input": f"please run the command {command}", "checkpoint_id": cid,
+                                "wait": True})
     assert r.status_code == 201, r.text
     assert r.json()["status"] == "interrupted", r.json()
     return r.json()
@@ -61,6 +64,17 @@ def _until(api: httpx.Client, cid: str, status: str) -> dict:
         time.sleep(0.05)
 
 
+def _page(pw, chromium: str, tmp_path: Path, url: str, token: str):
+    context = pw.chromium.launch_persistent_context(
+        str(tmp_path / "chromium-profile"), executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.goto(f"{url}/ui")
+    page.fill("#token", token)  # the login form; the session cookie it sets is HttpOnly
+    page.click("#login-form button[type=submit]")
+    return context, page
+
+
 def test_the_page_approves_and_rejects_paused_runs_live(tmp_path):
     chromium = _chromium()
     from playwright.sync_api import expect, sync_playwright
@@ -70,32 +84,39 @@ def test_the_page_approves_and_rejects_paused_runs_live(tmp_path):
         with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as api, \
                 sync_playwright() as pw:
             first = _paused(api, "deploy-1", "echo deployed")
-            context = pw.chromium.launch_persistent_context(
-                str(tmp_path / "chromium-profile"), executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
-            page = context.new_page()
-            page.set_default_timeout(15_000)
-            page.goto(f"{server.url}/ui")
-            page.fill("#token", TOKEN)  # the login form; the cookie it sets is HttpOnly
-            page.click("#login-form button[type=submit]")
-            card = page.locator(f"li.card[data-interrupt='{first['interrupts'][0]['id']}']")
+            context, page = _page(pw, chromium, tmp_path, server.url, TOKEN)
+            iid = first["interrupts"][0]["id"]
+            card = page.locator(f"#approvals li.card[data-run='deploy-1'][data-interrupt='{iid}']")
             expect(card.locator(".tool")).to_have_text("execute")
             expect(card.locator("pre.arguments")).to_have_text('{\n  "command": "echo deployed"\n}')
             expect(page.locator("#live")).to_have_text("live")
+            assert TOKEN not in str(context.cookies())  # the page's cookie is a session, never the token
             assert server.ran() == []
 
+            # The answer to the click is held back until the live refresh has removed the card (the run
+            # moved on): the person who clicked must still see what became of their answer.
+            held = []
+            page.route("**/runs/*/resume", lambda route: held.append((route, route.fetch())))
             card.locator("button.approve").click()  # the real click
-            expect(card.locator(".outcome")).to_contain_text("approved")
             done = _until(api, "deploy-1", "completed")
+            expect(card).to_have_count(0)  # gone from the list once the run moved on (live, no reload)
+            assert len(held) == 1
+            route, response = held.pop()
+            route.fulfill(response=response)
+            page.unroute("**/runs/*/resume")
+            expect(page.locator(f"#answered li[data-run='deploy-1'][data-interrupt='{iid}'] .outcome")
+                   ).to_contain_text("approved")
             assert server.ran() == ["echo deployed"]
             assert done["decisions"][0]["verb"] == "approved"
-            expect(card).to_have_count(0)  # gone from the list once the run moved on (live, no reload)
 
             second = _paused(api, "deploy-2", "rm -rf /srv")  # appears without a reload: the page follows /events
-            card = page.locator(f"li.card[data-interrupt='{second['interrupts'][0]['id']}']")
+            iid = second["interrupts"][0]["id"]
+            card = page.locator(f"#approvals li.card[data-run='deploy-2'][data-interrupt='{iid}']")
             expect(card.locator("pre.arguments")).to_contain_text("rm -rf /srv")
             card.locator("input.reason").fill("not on a Friday")
             card.locator("button.reject").click()
-            expect(card.locator(".outcome")).to_contain_text("rejected")
+            answered = page.locator(f"#answered li[data-run='deploy-2'][data-interrupt='{iid}']")
+            expect(answered.locator(".outcome")).to_contain_text("rejected")
             rejected = _until(api, "deploy-2", "completed")
             assert server.ran() == ["echo deployed"]  # the rejected call never ran
             tool_message = next(m for m in rejected["messages"] if m["role"] == "tool")
@@ -112,6 +133,58 @@ def test_the_page_approves_and_rejects_paused_runs_live(tmp_path):
         output = server.stop()
     assert TOKEN not in output, "the token appeared in the server's output"
     assert "GET /ui" in output  # the output was really collected (uvicorn's access log)
+
+
+def test_hostile_text_cannot_spoof_or_break_the_page(tmp_path):
+    chromium = _chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    from service_support import raw_input
+
+    bidi = "echo hello \u202e\u2066; rm -rf ~/ \u2069 \u2066#\u2069\u202c"
+    with ServeProcess(tmp_path, token=TOKEN) as server, server.client() as api, sync_playwright() as pw:
+        def paused(cid: str, *calls: tuple[str, str]) -> dict:
+            r = api.post("/runs", json={"agent": "raw", "input": raw_input(*calls), "checkpoint_id": cid,
+                                        "wait": True})
+            assert r.status_code == 201, r.text
+            return r.json()
+
+        plain = paused("plain", ("execute", '{"command": "uptime"}'))
+        spoof = paused("spoof", ("execute", json.dumps({"command": bidi}, ensure_ascii=False)))
+        lone = paused("lone", ("execute", '{"command": "ls \\ud800"}'))
+        named = paused("run \u202eevil", ("exe\u200bcute", '{"command": "id"}'))
+        failed = paused("half", ("execute", '{"command": "fail"}'), ("execute", '{"command": "echo half"}'))
+        bad = next(i for i in failed["interrupts"] if i["arguments"]["command"] == "fail")
+        r = api.post("/runs/half/resume", json={"answers": [{"action": "approve", "interrupt_id": bad["id"],
+                                                             "digest": bad["digest"]}], "wait": True})
+        assert r.json()["status"] == "failed"
+
+        context, page = _page(pw, chromium, tmp_path, server.url, TOKEN)
+
+        def card(run: dict, n: int = 0):
+            return page.locator(f"#approvals li.card[data-interrupt='{run['interrupts'][n]['id']}']"
+                                f"[data-run={json.dumps(run['checkpoint_id'], ensure_ascii=False)}]")
+
+        expect(page.locator("#approvals li.card")).to_have_count(6)  # one bad run hides no other
+        expect(card(plain).locator(".warning")).to_have_count(0)
+        spoofed = card(spoof)
+        expect(spoofed.locator(".warning")).to_contain_text("invisible or direction-changing")
+        expect(spoofed.locator("pre.arguments mark.hidden-char")).to_have_count(6)
+        text = spoofed.locator("pre.arguments").inner_text()
+        assert "\\u202e" in text and "\\u2066" in text and "\u202e" not in text  # shown, not obeyed
+        assert text.index("rm -rf") < text.index("#")  # it reads in the order it runs
+        expect(card(lone).locator("pre.arguments")).to_contain_text("ls \\ud800")
+        expect(card(named).locator(".tool")).to_have_text("exe\\u200bcute")
+        expect(card(named).locator(".run-link")).to_have_text("run \\u202eevil")
+        expect(card(named).locator(".warning")).to_have_count(1)
+        for n in range(2):
+            expect(card(failed, n).locator(".failure")).to_contain_text("the disk is full")
+
+        page.goto(server.url + "/ui/runs/" + quote("run \u202eevil", safe=""))
+        expect(page.locator("#run-id")).to_have_text("run \\u202eevil")
+        expect(page.locator("#approvals li.card .warning")).to_have_count(1)
+        context.close()
+        assert "id" not in server.ran() and server.ran() == []
 
 
 def test_serve_refuses_to_start_without_a_token(tmp_path):

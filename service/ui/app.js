@@ -130,11 +130,12 @@ $("logout").addEventListener("click", async () => {
 
 // --- answering an interrupt ----------------------------------------------------------------------
 
-const sending = new Set();   // interrupt IDs whose answer is on its way: their cards stay disabled
-const answered = new Map();  // interrupt ID -> what became of this page's answer (kept across refreshes)
+const sending = new Set();   // interrupts (run, ID) whose answer is on its way: their cards stay disabled
+const answered = new Map();  // interrupt (run, ID) -> what became of this page's answer (kept across refreshes)
+const keyOf = (item) => JSON.stringify([item.checkpoint_id, item.id]);
 
 function note(item, text, ok) {
-  answered.set(item.id, { item, text, ok });
+  answered.set(keyOf(item), { item, text, ok });
   renderAnswered();
 }
 
@@ -144,6 +145,7 @@ function renderAnswered() {
   list.replaceChildren(...[...answered.values()].reverse().map(({ item, text, ok }) => {
     const li = el("li", ok ? "answer ok" : "answer refused");
     li.dataset.interrupt = item.id;
+    li.dataset.run = item.checkpoint_id;
     li.append(el("strong", "tool", item.tool || "interrupt", true), " in run ",
       el("span", "run-id", item.checkpoint_id, true), ": ", el("span", "outcome", text));
     return li;
@@ -152,7 +154,7 @@ function renderAnswered() {
 }
 
 async function answer(item, card, answerBody) {
-  sending.add(item.id);
+  sending.add(keyOf(item));
   for (const b of card.querySelectorAll("button, input, textarea")) b.disabled = true;
   card.querySelector(".outcome").textContent = "sending…";
   const body = { answers: [{ interrupt_id: item.id, ...answerBody }], expected_version: item.version };
@@ -164,7 +166,7 @@ async function answer(item, card, answerBody) {
   } catch (e) {
     result = { status: 0, ok: false, body: { detail: String(e) } };
   } finally {
-    sending.delete(item.id);
+    sending.delete(keyOf(item));
   }
   const verb = { approve: "approved", reject: "rejected" }[answerBody.action] || "answered";
   if (result.ok) {
@@ -175,7 +177,7 @@ async function answer(item, card, answerBody) {
     note(item, `not sent (${result.status}): ${problem(result.body)}`, false);
   }
   const outcome = card.querySelector(".outcome");  // the card may be gone already: the list above keeps it
-  if (outcome) outcome.textContent = answered.get(item.id).text;
+  if (outcome) outcome.textContent = answered.get(keyOf(item)).text;
   if (!result.ok && result.status !== 409) {
     for (const b of card.querySelectorAll("button, input, textarea")) b.disabled = false;
   }
@@ -185,6 +187,7 @@ async function answer(item, card, answerBody) {
 function card(item, showRun) {
   const li = el("li", "card");
   li.dataset.interrupt = item.id;
+  li.dataset.run = item.checkpoint_id;
   const head = el("div", "card-head");
   head.append(el("strong", "tool", item.kind === "approval" ? item.tool : (item.tool || "interrupt"), true));
   if (showRun) {
@@ -226,9 +229,9 @@ function card(item, showRun) {
     });
     actions.append(output, respond);
   }
-  const off = !scopes.includes("resume") || sending.has(item.id);
-  for (const b of actions.querySelectorAll("button, input, textarea")) b.disabled = off;
-  li.append(actions, el("p", "outcome", sending.has(item.id) ? "sending…" : ""));
+  const busy = sending.has(keyOf(item));
+  for (const b of actions.querySelectorAll("button, input, textarea")) b.disabled = busy || !scopes.includes("resume");
+  li.append(actions, el("p", "outcome", busy ? "sending…" : ""));
   return li;
 }
 

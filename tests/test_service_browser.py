@@ -114,7 +114,15 @@ def test_the_page_approves_and_rejects_paused_runs_live(tmp_path):
             card = page.locator(f"#approvals li.card[data-run='deploy-2'][data-interrupt='{iid}']")
             expect(card.locator("pre.arguments")).to_contain_text("rm -rf /srv")
             card.locator("input.reason").fill("not on a Friday")
+            waiting = []
+            page.route("**/runs/*/resume", lambda route: waiting.append(route))  # held before the server sees it
             card.locator("button.reject").click()
+            _paused(api, "deploy-3", "ls")  # the list refreshes (live) while the answer is on its way...
+            expect(page.locator("#approvals li.card[data-run='deploy-3']")).to_have_count(1)
+            expect(card.locator("button.approve")).to_be_disabled()  # ...and the card stays disabled: no 2nd click
+            expect(card.locator(".outcome")).to_have_text("sending…")
+            waiting.pop().continue_()
+            page.unroute("**/runs/*/resume")
             answered = page.locator(f"#answered li[data-run='deploy-2'][data-interrupt='{iid}']")
             expect(answered.locator(".outcome")).to_contain_text("rejected")
             rejected = _until(api, "deploy-2", "completed")

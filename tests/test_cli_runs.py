@@ -400,7 +400,7 @@ def execute(command: str) -> str:
     """Run it."""
     return command
 
-ARGS = '{"command": "echo hello \u202e\u2066; rm -rf ~/ \u2069 \u2066#\u2069\u202c \x1b[2J ls \\ud800"}'
+ARGS = '{"command": "echo hello \u202e\u2066; rm -rf ~/ \u2069 \u2066#\u2069\u202c \\u001b[2J ls \\ud800"}'
 model = ScriptedChatModel([Message.assistant("ok", tool_calls=[ToolCall(id="c1", name="exe\u200bcute", arguments=ARGS)])])
 agent = ChatModelAgent(name="ops-test", model=model, tools=[execute],
                        middlewares=[ApprovalMiddleware(tools=lambda n, a: True)])
@@ -414,11 +414,12 @@ asyncio.run(main())
     db = tmp_path / "runs.db"
     subprocess.run([sys.executable, "-c", script, str(db)], check=True, env=_env(), timeout=60)
     code, out, err = runs("show", "bidi \u202erun", db=db)
-    assert code == 0, err
+    assert code == 0 and "status    interrupted" in out, err
     for hidden in ("\u202e", "\u2066", "\u200b", "\x1b"):
         assert hidden not in out, repr(hidden)
     for shown in ("run bidi \\u202erun", "exe\\u200bcute", "echo hello \\u202e\\u2066; rm -rf ~/", "\\u001b[2J",
-                  "ls \\ud800", "invisible or direction-changing"):
+                  "ls \\ud800"):
         assert shown in out, (shown, out)
+    assert out.count("invisible or direction-changing") == 2, out  # at the call, and at its pending approval
     code, out, _ = runs("list", db=db)
     assert code == 0 and "bidi \\u202erun" in out and "\u202e" not in out

@@ -58,6 +58,8 @@ def test_a_live_owner_on_this_host_is_refused_a_dead_one_is_taken_over_before_it
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
+    code, _, err = run(db, "job", "linear", "--continue-run", journal=journal)
+    assert code == 3 and f"process {proc.pid} on this host, and it is gone" in err and "takeover=True" in err, err
     code, out, err = run(db, "job", "linear", "--continue-run", "--takeover", journal=journal)
     assert code == 0, err  # long before the 30 s lease expired
     assert starts(journal) == Counter({"n0": 1, "n1": 1, "n2": 2, "n3": 1, "n4": 1})

@@ -418,3 +418,71 @@ def test_the_public_names():
                                     "load_targets", "open_store"}
     for name in service.__all__:
         assert hasattr(service, name)
+
+
+class _MovesOnAfterTheLook:
+    """A store that, right after the service has looked at run `checkpoint_id` for a resume, lets `move_on()`
+    change the run (as another client would) before the service's claim: the claim must be made on the
+    version the service looked at, or it would act on a stale check."""
+
+    def __init__(self, store, checkpoint_id, move_on):
+        self._store, self._cid, self._move_on = store, checkpoint_id, move_on
+        self.armed = False
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    async def history(self, checkpoint_id, *, limit=None):
+        found = await self._store.history(checkpoint_id, limit=limit)
+        if self.armed and checkpoint_id == self._cid and limit == 1:
+            self.armed = False
+            await self._move_on()
+        return found
+
+
+def test_the_claim_is_made_on_the_version_the_answer_was_checked_against(tmp_path):
+    import json as _json
+
+    from waypoint.engine import ChatModelAgent, Message, Runner, ToolCall, tool
+    from waypoint.engine.models import ScriptedChatModel
+    from waypoint.middleware import ApprovalMiddleware, ApprovalResult
+
+    ran: list[str] = []
+
+    @tool
+    def execute(command: str) -> str:
+        """Run it."""
+        ran.append(command)
+        return f"ran {command}"
+
+    def reply(messages, tools):  # the same call ID every turn: the same pause address, the same ID today
+        last = messages[-1]
+        if last.role == "tool":
+            return Message.assistant(f"The tool said: {last.content}")
+        return Message.assistant("ok", tool_calls=[ToolCall(id="call_0", name="execute",
+                                                            arguments=_json.dumps({"command": last.content}))])
+
+    agent = ChatModelAgent(name="ops", model=ScriptedChatModel([reply] * 100), tools=[execute],
+                           middlewares=[ApprovalMiddleware(tools={"execute"})])
+    inner = SQLiteStore(tmp_path / "runs.db")
+    runner = Runner(agent, store=inner)
+
+    async def move_on():  # another client rejects the call, and a new turn asks for another command
+        snap = await runner.app.get_run("turns")
+        async for _ in runner.resume_with_params("turns", {snap.interrupts.contexts[0].id:
+                                                           ApprovalResult(approved=False)}):
+            pass
+        async for _ in runner.run("rm -rf /srv", checkpoint_id="turns"):
+            pass
+
+    store = _MovesOnAfterTheLook(inner, "turns", move_on)
+    with Served(create_app({"ops": agent}, store, auth=TOKEN)) as s, s.client() as c:
+        first = paused(c, "turns", "uptime")
+        shown = first["interrupts"][0]
+        store.armed = True
+        r = c.post("/runs/turns/resume", json={"answers": [{"action": "approve", "interrupt_id": shown["id"],
+                                                            "digest": shown["digest"]}]})
+        assert r.status_code == 409 and f"moved past version {first['version']}" in r.json()["detail"], r.text
+        now = c.get("/runs/turns").json()
+        assert now["status"] == "interrupted" and now["interrupts"][0]["arguments"] == {"command": "rm -rf /srv"}
+    assert ran == []  # neither the rejected call nor the new one ran on an answer made for another

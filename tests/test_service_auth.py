@@ -137,3 +137,18 @@ def test_no_token_value_in_a_log_line(served, caplog):
         good.post("/runs/l1/resume", json={"answers": [{"action": "approve", "interrupt_id": "nope"}]})
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert TOKEN not in text and WRONG not in text
+
+
+def test_a_token_taken_away_ends_its_page_sessions():
+    valid = {TOKEN}
+
+    async def decide(token):
+        return True if token in valid else None
+
+    with Served(create_app(approval_agent([]), MemoryStore(), auth=decide)) as s, s.client(token=None) as page:
+        assert page.post("/ui/login", json={"token": TOKEN}, headers={"X-Requested-With": "waypoint"}).status_code == 200
+        assert page.get("/runs").status_code == 200
+        valid.clear()  # the identity provider revokes the token
+        assert page.get("/runs").status_code == 401
+        valid.add(TOKEN)
+        assert page.get("/runs").status_code == 401  # the session ended with it; log in again

@@ -195,6 +195,32 @@ def test_hostile_text_cannot_spoof_or_break_the_page(tmp_path):
         assert "id" not in server.ran() and server.ran() == []
 
 
+def test_a_runs_page_reads_the_run_at_most_once_a_second_and_pages_its_history(tmp_path):
+    chromium = _chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    with ServeProcess(tmp_path, token=TOKEN) as server, server.client() as api, sync_playwright() as pw:
+        context, page = _page(pw, chromium, tmp_path, server.url, TOKEN)
+        expect(page.locator("#live")).to_have_text("live")
+        r = api.post("/runs", json={"agent": "steps", "input": {"n": 12, "pause": 0.25}, "checkpoint_id": "slow"})
+        assert r.status_code == 201
+        reads: list[str] = []
+        page.on("request", lambda req: reads.append(req.url) if req.url.endswith("/runs/slow") and "/ui/" not in req.url
+                else None)
+        page.goto(f"{server.url}/ui/runs/slow")
+        expect(page.locator("dd.status")).to_have_text("completed", timeout=30_000)
+        checkpoints = page.locator("#events li.event.checkpoint").count()
+        assert checkpoints >= 10 and len(reads) <= checkpoints // 2, (len(reads), checkpoints)
+        r = api.post("/runs", json={"agent": "steps", "input": {"n": 30}, "checkpoint_id": "long", "wait": True})
+        versions = r.json()["newest_version"]
+        page.goto(f"{server.url}/ui/runs/long")
+        expect(page.locator("#history tr")).to_have_count(20)  # a page of the history...
+        page.click("#older")  # ...and the rest on demand
+        expect(page.locator("#history tr")).to_have_count(versions)
+        expect(page.locator("#older")).to_be_hidden()
+        context.close()
+
+
 def test_serve_refuses_to_start_without_a_token(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("WAYPOINT_TOKEN", "WAYPOINT_READ_TOKEN")}
     env["PYTHONPATH"] = str(PROCS)

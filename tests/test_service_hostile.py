@@ -52,7 +52,17 @@ def first_events(client, path: str, n: int = 0, until: str = "", **kw) -> list[t
 
 def test_a_lone_surrogate_from_the_model_breaks_no_list_no_page_and_no_stream(server, client):
     other = paused(client, "waits-too", ("execute", '{"command": "uptime"}'))
-    run = paused(client, "surrogate", ("execute", SURROGATE_ARGS))
+    ((hub_seen, _, _),) = first_events(client, "/events", 1)
+    r = client.post("/runs", json={"agent": "raw", "input": raw_input(("execute", SURROGATE_ARGS)),
+                                   "checkpoint_id": "surrogate"})
+    assert r.status_code == 201
+    live = first_events(client, "/runs/surrogate/events", until="end",
+                        headers={"Last-Event-ID": str(r.json()["last_event_id"])})
+    call = next(d for _, k, d in live if k == "tool_call")
+    assert call["arguments"] == {"command": "ls \ud800"}  # the run's stream carried it, escaped
+    hub = first_events(client, "/events", until="interrupt", headers={"Last-Event-ID": hub_seen})
+    assert hub[-1][2]["interrupts"][0]["arguments"] == {"command": "ls \ud800"}  # and the page's stream too
+    run = client.get("/runs/surrogate").json()
     (pending,) = run["interrupts"]
     assert pending["arguments"] == {"command": "ls \ud800"}  # exactly what the model wrote, JSON-escaped
     assert pending["arguments_json"] == SURROGATE_ARGS

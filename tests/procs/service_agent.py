@@ -8,7 +8,8 @@
   `execute` records like ops' (a command starting with "hold" first writes "<command>" to
   $SERVICE_TOOL_LOG.started and waits until the file $SERVICE_GATE exists; "fail" raises); its tool
   "exe\\u200bcute" has a zero-width space in its name.
-- `steps` ("steps"): a graph that loops `n` times, writing a version per step (long histories).
+- `steps` ("steps"): a graph that loops `n` times, writing a version per step (long histories), each step
+  taking `pause` seconds.
 """
 
 from __future__ import annotations
@@ -76,9 +77,13 @@ def raw() -> ChatModelAgent:
 
 
 def steps():
-    """{"n": N} -> loops N times, one version per step."""
+    """{"n": N, "pause": S} -> loops N times, one version per step, each step taking S seconds (default 0)."""
+    async def step(x: dict) -> dict:
+        await asyncio.sleep(x.get("pause", 0))
+        return {**x, "i": x.get("i", 0) + 1}
+
     g = Graph(name="steps")
-    g.add_node("step", lambda x: {"n": x["n"], "i": x.get("i", 0) + 1})
+    g.add_node("step", step)
     g.add_edge(START, "step")
     g.add_branch("step", lambda x: "step" if x["i"] < x["n"] else END, ends=["step", END])
     return g.compile(max_steps=10_000)

@@ -486,3 +486,20 @@ def test_the_claim_is_made_on_the_version_the_answer_was_checked_against(tmp_pat
         now = c.get("/runs/turns").json()
         assert now["status"] == "interrupted" and now["interrupts"][0]["arguments"] == {"command": "rm -rf /srv"}
     assert ran == []  # neither the rejected call nor the new one ran on an answer made for another
+
+
+def test_the_service_folder_reads_bottom_up():
+    """Each module of service/ imports only modules listed above it in docs/service.md's "Where things are"
+    (no import circle: `_api` <-> `_service` <-> `_ui` was one)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    table = (root / "docs" / "service.md").read_text().split("## Where things are", 1)[1]
+    order = [m.group(1) for m in re.finditer(r"^\| `service/(_?\w+)\.py`", table, re.M)]
+    modules = {p.stem for p in (root / "service").glob("*.py")} - {"__init__"}
+    assert set(order) == modules, "docs/service.md's table lists every module of service/ once"
+    for i, name in enumerate(order):
+        text = (root / "service" / f"{name}.py").read_text()
+        imported = set(re.findall(r"^\s*from \.(_?\w+) import", text, re.M))
+        assert imported <= set(order[:i]), (name, sorted(imported - set(order[:i])))

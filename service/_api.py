@@ -93,7 +93,7 @@ def build_api_router(state: ServiceState) -> APIRouter:
     ]
     for method, path, endpoint, scope, extra in routes:
         if extra.get("response_class") is not EventStream:
-            extra = {**extra, "responses": {**_ERRORS, **extra.get("responses", {})}}
+            extra = {"response_class": SafeJSONResponse, **extra, "responses": {**_ERRORS, **extra.get("responses", {})}}
         router.add_api_route(path, endpoint, methods=[method], dependencies=[Depends(state.gate.require(scope))],
                              route_class_override=guarded_route(state.gate, scope, state.max_body), **extra)
     return router

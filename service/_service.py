@@ -75,5 +75,6 @@ def create_app(runners_or_graphs: Any, store: Any, *, auth: Any = None, title: s
         return SafeJSONResponse(app.openapi_schema)
 
     app.router.add_api_route("/openapi.json", openapi, methods=["GET"], include_in_schema=False,
+                             response_class=SafeJSONResponse,
                       route_class_override=guarded_route(service.gate, "read", max_body))
     return app

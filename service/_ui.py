@@ -108,5 +108,6 @@ def build_ui_router(state: ServiceState) -> APIRouter:
         ("GET", "/ui/static/{name}", asset, open_route), ("GET", "/ui/session", session, reader),
         ("POST", "/ui/login", login, open_route), ("POST", "/ui/logout", logout, open_route),
     ]:
-        router.add_api_route(path, endpoint, methods=[method], route_class_override=route)
+        router.add_api_route(path, endpoint, methods=[method], route_class_override=route,
+                             response_class=SafeJSONResponse)
     return router

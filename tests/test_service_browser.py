@@ -64,6 +64,14 @@ def _until(api: httpx.Client, cid: str, status: str) -> dict:
         time.sleep(0.05)
 
 
+def _until_true(page, condition, timeout: float = 15.0) -> None:
+    """Let the page's events run until `condition()` holds (a route handler has been called, say)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        page.wait_for_timeout(10)
+
+
 def _page(pw, chromium: str, tmp_path: Path, url: str, token: str):
     context = pw.chromium.launch_persistent_context(
         str(tmp_path / "chromium-profile"), executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
@@ -100,7 +108,7 @@ def test_the_page_approves_and_rejects_paused_runs_live(tmp_path):
             card.locator("button.approve").click()  # the real click
             done = _until(api, "deploy-1", "completed")
             expect(card).to_have_count(0)  # gone from the list once the run moved on (live, no reload)
-            assert len(held) == 1
+            _until_true(page, lambda: held)
             route, response = held.pop()
             route.fulfill(response=response)
             page.unroute("**/runs/*/resume")
@@ -121,6 +129,7 @@ def test_the_page_approves_and_rejects_paused_runs_live(tmp_path):
             expect(page.locator("#approvals li.card[data-run='deploy-3']")).to_have_count(1)
             expect(card.locator("button.approve")).to_be_disabled()  # ...and the card stays disabled: no 2nd click
             expect(card.locator(".outcome")).to_have_text("sending…")
+            _until_true(page, lambda: waiting)
             waiting.pop().continue_()
             page.unroute("**/runs/*/resume")
             answered = page.locator(f"#answered li[data-run='deploy-2'][data-interrupt='{iid}']")

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import Response, StreamingResponse
 from pydantic import TypeAdapter, ValidationError
+from waypoint.engine import Message
 
 from ._events import stream
 from ._execution import Execution
@@ -276,8 +277,6 @@ class _Api:
 def _messages(value: Any) -> Any:
     if isinstance(value, str):
         return value
-    from waypoint.engine import Message
-
     return [Message(role=m.role, content=m.content) for m in value]
 
 

@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from waypoint.engine import CheckpointMeta
+from waypoint.engine import CheckpointMeta, Respond, Restart
+from waypoint.middleware import ApprovalResult
 
 from ._refusals import completed, lease_conflict, missing, moved_on, not_pending
 from ._responses import SafeJSONResponse, invalid, problem
@@ -73,12 +74,13 @@ def _shape_problem(body: ResumeRun, kind: str) -> SafeJSONResponse | None:
         seen.add(a.interrupt_id)
         if a.action == "restart" and kind != "agent":
             return invalid(["body", "answers", i, "action"], "restart is for an agent's paused tool calls")
-        if a.action in ("approve", "restart") and getattr(a, "digest", None) is None and body.expected_version is None:
-            field = "digest" if a.action == "approve" else "expected_version"
-            loc = ["body", "answers", i, "digest"] if a.action == "approve" else ["body", "expected_version"]
-            return invalid(loc, f"an answer that runs a tool must say what it was made for: send {field} (the "
-                           "approval's digest, or the version of the run, as GET /runs/{id} or GET /approvals showed "
-                           "them)" + (" or expected_version" if field == "digest" else ""), "missing")
+        if a.action == "approve" and a.digest is None and body.expected_version is None:
+            return invalid(["body", "answers", i, "digest"], "an approve runs the tool: say what it was made for — "
+                           "send the approval's digest (as GET /runs/{id} or GET /approvals shows it) or the run's "
+                           "expected_version", "missing")
+        if a.action == "restart" and body.expected_version is None:
+            return invalid(["body", "expected_version"], "a restart runs the tool: say what it was made for — send "
+                           "the run's expected_version (as GET /runs/{id} shows it)", "missing")
     return None
 
 
@@ -123,9 +125,6 @@ async def _answered(state: ServiceState, head: CheckpointMeta, body: ResumeRun,
 
 def _agent_answer(a: Any) -> Any:
     """What an agent's paused tool call receives (docs/middleware.md)."""
-    from waypoint.engine import Respond, Restart
-    from waypoint.middleware import ApprovalResult
-
     if a.action == "approve":
         return ApprovalResult(approved=True, digest=a.digest)
     if a.action == "reject":

@@ -40,7 +40,7 @@ CASES = ("sqlite", "postgres")
 CLIENTS = 50
 N_RUNS = 1500
 N_GETS = 3000
-TOKEN = "b9-bench-token"
+TOKEN = "b9-bench-token-4e5f6a"
 
 
 class Conn:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any, TextIO
 from waypoint.engine.errors import WaypointError
 
 __all__ = ["Console", "default_db", "chapter_parser", "chapter_model", "print_events", "EventSummary",
-           "read_line", "open_store", "compact"]
+           "read_line", "open_store", "compact", "visible", "hides"]
 
 _STYLES = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "blue": "34", "cyan": "36"}
 
@@ -96,6 +97,33 @@ def read_line(console: Console, prompt: str = "you> ") -> str | None:
         console.line()
         return None
     return line.rstrip("\n")
+
+
+_HIDDEN = re.compile(
+    "[\x00-\x1f\x7f-\x9f\xad\u034f\u061c\u0600-\u0605\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160\u17b4\u17b5"
+    "\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb"
+    "\ud800-\udfff\ue000-\uf8ff\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff\U000f0000-\U0010ffff]")
+"""What a terminal would not show as it is, or would obey: controls (escape sequences included), format
+characters (bidi overrides and isolates, zero-width ones), line separators, private use, lone surrogates
+and the other default-ignorable code points."""
+
+
+def visible(text: str, *, strict: bool = False) -> str:
+    """`text` with every hidden character written as its code (`\\u202e`), so a terminal shows it instead
+    of obeying it; newlines and tabs stay unless `strict` (identifiers: run IDs, tool names)."""
+    def code(m: re.Match[str]) -> str:
+        ch = m.group()
+        if not strict and ch in "\n\t":
+            return ch
+        return f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}"
+
+    return _HIDDEN.sub(code, text)
+
+
+def hides(text: str) -> bool:
+    """Whether `text` holds a hidden character other than a newline or a tab."""
+    return any(m.group() not in "\n\t" for m in _HIDDEN.finditer(text))
 
 
 def compact(text: str, limit: int = 200) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 from waypoint.engine import CheckpointCorrupted, WaypointError
 from waypoint.engine.errors import describe
 
-from .console import Console, default_db
+from .console import Console, default_db, visible
 from .runs_read import RunsError, opened_store, read_run, read_version
 from .runs_render import clock, lease_alive, meta_json, run_json, show_run, table
 
@@ -151,13 +151,13 @@ async def _list(args: Any, console: Console, hint: str) -> int:
         status = meta.status + (" (lease expired)" if meta.status == "running" and not lease_alive(meta) else "")
         pending = "?" if run is None else str(len(run.pending)) if run.pending else "-"
         graph = "(unreadable)" if run is None else run.graph + (" (agent)" if run.is_agent else "")
-        rows.append((meta.checkpoint_id, status, str(meta.version), str(meta.step), pending, clock(meta.updated_at),
-                     graph))
+        rows.append((visible(meta.checkpoint_id, strict=True), status, str(meta.version), str(meta.step), pending,
+                     clock(meta.updated_at), visible(graph, strict=True)))
     for line in table(("ID", "STATUS", "VERSION", "STEP", "PENDING", "UPDATED", "GRAPH"), rows):
         console.line(line)
     for meta, _, problem in found:
         if problem:
-            console.note(" ".join(problem.split()), "yellow")
+            console.note(visible(" ".join(problem.split()), strict=True), "yellow")
     return 0
 
 
@@ -196,8 +196,8 @@ async def _history(args: Any, console: Console, hint: str) -> int:
     if args.json:
         console.line(json.dumps([meta_json(m, newest=i == 0) for i, m in enumerate(metas)], ensure_ascii=False))
         return 0
-    rows = [(str(m.version), m.status, str(m.step), clock(m.updated_at), _origin(m), " ".join((m.error or "-").split()))
-            for m in metas]
+    rows = [(str(m.version), m.status, str(m.step), clock(m.updated_at), visible(_origin(m), strict=True),
+             visible(" ".join((m.error or "-").split()), strict=True)) for m in metas]
     for line in table(("VERSION", "STATUS", "STEP", "WRITTEN", "ORIGIN", "ERROR"), rows):
         console.line(line)
     return 0

@@ -16,11 +16,13 @@ from waypoint.engine import CheckpointMeta
 from waypoint.engine.errors import clip
 from waypoint.engine.jsonable import jsonable, message_json, output_json, tool_arguments
 
-from .console import Console, compact
+from .console import Console, compact, hides, visible
 from .runs_read import Pending, StoredRun
 
 __all__ = ["plain", "clock", "iso", "table", "lease_text", "meta_json", "run_json", "show_run"]
 
+_WARNING = ("    ! this call holds invisible or direction-changing characters, shown as \\u codes: it may not do "
+            "what it seems to; read it character by character before approving")
 TEXT_LIMIT = 2000
 """Characters of one message or value a page shows (`--json` shows everything)."""
 
@@ -118,7 +120,7 @@ def show_run(run: StoredRun, console: Console, *, hint: str) -> None:
     """Print a decoded version for a person. `hint` is the `waypoint runs ... ` prefix for suggestions."""
     meta = run.meta
     cid = meta.checkpoint_id
-    console.line(f"run {cid}", "bold")
+    console.line(f"run {visible(cid, strict=True)}", "bold")
     fields = [("graph", f"{run.graph} ({'agent' if run.is_agent else 'graph'})"),
               ("status", meta.status),
               ("version", f"{meta.version} of {run.newest}" + ("" if meta.version == run.newest else " (an older one)")),
@@ -130,7 +132,7 @@ def show_run(run: StoredRun, console: Console, *, hint: str) -> None:
               ("origin", meta.origin and f"{meta.origin} (forked or resumed from that version)")]
     for name, value in fields:
         if value:
-            console.line(f"  {name:<9} {value}")
+            console.line(f"  {name:<9} {visible(value, strict=True)}")
     if run.is_agent:
         _show_agent(run, console)
     else:
@@ -150,19 +152,23 @@ def _show_agent(run: StoredRun, console: Console) -> None:
         for d in run.state.decisions:
             reason = f": {d.reason}" if d.reason else ""
             at = f" at version {d.version}" if d.version is not None else ""
-            console.line(f"  {d.verb} {d.tool} (call {d.call_id}){at}{reason}")
+            console.line(visible(f"  {d.verb} {d.tool} (call {d.call_id}){at}{reason}", strict=True))
 
 
 def _show_message(m: Any, console: Console) -> None:
     styles = {"assistant": "cyan", "tool": "dim", "system": "dim"}
     if m.role == "tool":
-        console.line(f"  [tool result] {m.name} (call {m.tool_call_id}): {compact(m.content)}", "dim")
+        console.line(visible(f"  [tool result] {m.name} (call {m.tool_call_id}): {compact(m.content)}", strict=True),
+                     "dim")
         return
     if m.content or not m.tool_calls:
-        text = cut(m.content).replace("\n", "\n      ")
+        text = visible(cut(m.content)).replace("\n", "\n      ")
         console.line(console.style(f"  [{m.role}] ", styles.get(m.role, "bold")) + text)
     for call in m.tool_calls:
-        console.line(f"  [tool call] {call.name}({cut(call.arguments, 500)}) (call {call.id})", "yellow")
+        console.line(visible(f"  [tool call] {call.name}({cut(call.arguments, 500)}) (call {call.id})", strict=True),
+                     "yellow")
+        if hides(call.name + call.arguments + call.id):
+            console.line(_WARNING, "red")
 
 
 def _show_graph(run: StoredRun, console: Console) -> None:
@@ -182,18 +188,21 @@ def _show_pending(run: StoredRun, console: Console, hint: str) -> None:
         console.line()
         console.line(f"pending interrupts ({len(pending)}):", "bold")
     for p in pending:
-        console.line(f"  {p.id}  {_describe(p)}", "yellow")
-        console.line(f"    address   {clip(p.address, 400)}", "dim")
+        console.line(visible(f"  {p.id}  {_describe(p)}", strict=True), "yellow")
+        console.line(visible(f"    address   {clip(p.address, 400)}", strict=True), "dim")
         if p.kind == "approval":
+            shown = json.dumps(tool_arguments(p.arguments), ensure_ascii=False, indent=2)
+            if hides(shown + (p.tool or "") + run.meta.checkpoint_id):
+                console.line(_WARNING, "red")
             console.line("    arguments")
-            console.line(_indented(cut(json.dumps(tool_arguments(p.arguments), ensure_ascii=False, indent=2)), 6))
+            console.line(_indented(visible(cut(shown)), 6))
         elif p.kind != "pause":
-            console.line(f"    info      {cut(as_json(p.info))}")
+            console.line(visible(f"    info      {cut(as_json(p.info))}"))
     steps = _next_steps(run, f"{hint} resume {run.meta.checkpoint_id}" + ("" if run.is_agent else " --graph MODULE:ATTR"))
     if steps:
         console.line()
     for step in steps:
-        console.line(step)
+        console.line(visible(step, strict=True))
 
 
 def _next_steps(run: StoredRun, resume: str) -> list[str]:

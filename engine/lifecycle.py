@@ -6,7 +6,9 @@ The rules (docs/resume.md):
 2. Unknown ID: a new run. Completed: a new run on the same ID (the old versions stay as history).
 3. Interrupted, failed, or running under an expired lease: `input=None` resumes it; new input is
    `CheckpointExists` unless `force_new_run=True`.
-4. Running under a live lease: `CheckpointConflict` naming the owner, unless `takeover=True`.
+4. Running under a live lease: `CheckpointConflict` naming the owner, unless `takeover=True` — which is
+   refused too while the owner provably lives: this process still executing the run, or a live PID on
+   this host (engine/owners.py). An owner on this host whose PID is gone may be taken over at once.
 5. Resuming first *claims* the run — writes version n+1 with status `running` and a lease, by
    compare-and-set — before any node runs; of two concurrent resumers exactly one succeeds.
 6. `durability="step"` writes after every superstep / DAG task; `"interrupt"` only on a pause;
@@ -43,6 +45,7 @@ from .errors import (
 )
 from .events import Emitter, Event, RunInfo, clean_trace
 from .lease import LeaseKeeper
+from .owners import OwnerState, describe_owner, executing, owner_state
 from .resume import (
     ResumeRequest,
     answered_ids,
@@ -90,13 +93,14 @@ async def run_graph(graph: GraphShape, input: Any, opts: RunOptions, *, emitter:
         run.start(input)
         return await _observed(emitter, RunInfo(graph=graph.name), lambda: _unstored(run, emitter), lambda: None)
     session = _Session(graph, opts, emitter)
-    await session.prepare(run, input, request)
-    loaded = session.resumed_from
-    info = RunInfo(graph=graph.name, checkpoint_id=session.target, resumed=loaded is not None,
-                   resumed_from=loaded.meta.version if loaded is not None else None,
-                   resume_ids=tuple(sorted(request.ids)) if request is not None else (),
-                   previous_trace=loaded.trace if loaded is not None else {})
-    return await _observed(emitter, info, lambda: session.run(run, info), lambda: session.cp.version)
+    with executing(session.cp.owner):  # a takeover in this process can tell this run is alive here
+        await session.prepare(run, input, request)
+        loaded = session.resumed_from
+        info = RunInfo(graph=graph.name, checkpoint_id=session.target, resumed=loaded is not None,
+                       resumed_from=loaded.meta.version if loaded is not None else None,
+                       resume_ids=tuple(sorted(request.ids)) if request is not None else (),
+                       previous_trace=loaded.trace if loaded is not None else {})
+        return await _observed(emitter, info, lambda: session.run(run, info), lambda: session.cp.version)
 
 
 async def _unstored(run: Run, emitter: Emitter) -> Any:
@@ -307,14 +311,18 @@ class _Session:
                                  f"{expected}; read the run again and decide on what it holds now")
 
     def _check_lease(self, head: Any) -> None:
-        if head.status != "running" or self.opts.takeover:
+        if head.status != "running" or head.lease_expires is None or head.lease_expires <= time.time():
+            return  # not running, or its lease ran out: anyone may continue it
+        held = f"run '{head.checkpoint_id}' is running (lease held by {head.lease_owner} until {_clock(head.lease_expires)})"
+        state, known = owner_state(head.lease_owner), describe_owner(head.lease_owner)
+        if state in (OwnerState.EXECUTING_HERE, OwnerState.ALIVE):
+            refused = "takeover is refused while its owner lives; " if self.opts.takeover else ""
+            raise CheckpointConflict(f"{held}; {known}: {refused}wait for it to pause or finish")
+        if self.opts.takeover:
             return
-        if head.lease_expires is not None and head.lease_expires > time.time():
-            raise CheckpointConflict(
-                f"run '{head.checkpoint_id}' is running in another process (lease held by "
-                f"{head.lease_owner} until {_clock(head.lease_expires)}); "
-                "wait for it, or pass takeover=True if you know that process is dead"
-            )
+        if state is OwnerState.DEAD:
+            raise CheckpointConflict(f"{held}; {known}: pass takeover=True to continue it now")
+        raise CheckpointConflict(f"{held}; wait for it, or pass takeover=True if you know that process is dead")
 
     def _paused_message(self, loaded: Loaded) -> str:
         meta, pos = loaded.meta, loaded.position

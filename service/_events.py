@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import itertools
-import json
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
+
+from ._responses import json_bytes
 
 __all__ = ["LogEvent", "EventLog", "Logs", "sse", "stream", "LOG_SIZE", "HEARTBEAT"]
 
@@ -83,8 +84,9 @@ class EventLog:
 
     async def follow(self, position: int, heartbeat: float = HEARTBEAT) -> AsyncIterator[LogEvent | int | None]:
         """Events from absolute index `position` on, as they come; None on an idle `heartbeat`; an int
-        (the next position) when the reader fell behind the log (it must take a snapshot)."""
-        while not self.closed:
+        (the next position) when the reader fell behind the log (it must take a snapshot). Ends once the
+        log is closed and every event in it was given."""
+        while True:
             start = position - self.dropped
             if start < 0:  # fell behind: the caller takes a snapshot; what comes after it follows
                 position = len(self.events) + self.dropped
@@ -96,6 +98,8 @@ class EventLog:
                 for event in batch:
                     yield event
                 continue
+            if self.closed:
+                return
             wake = self._wake
             try:
                 await asyncio.wait_for(wake.wait(), heartbeat)
@@ -122,6 +126,14 @@ class Logs:
             self.runs.move_to_end(checkpoint_id)
         return log
 
+    def drop(self, checkpoint_id: str) -> EventLog | None:
+        """Forget a run's log (the run was deleted): its readers get what is in it, then their stream ends;
+        a new run on the same ID starts a new log, in which no old event ID is known (a snapshot first)."""
+        log = self.runs.pop(checkpoint_id, None)
+        if log is not None:
+            log.close()
+        return log
+
     def _evict(self) -> None:
         if len(self.runs) <= self.keep:
             return
@@ -144,9 +156,8 @@ def sse(event: LogEvent | None = None, *, kind: str | None = None, data: Any = N
         return f": {comment}\n\n".encode()
     if event is not None:
         kind, data, id = event.kind, event.data, event.id
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     head = f"id: {id}\n" if id is not None else ""
-    return f"{head}event: {kind}\ndata: {text}\n\n".encode()
+    return f"{head}event: {kind}\ndata: ".encode() + json_bytes(data) + b"\n\n"
 
 
 async def stream(log: EventLog, last_id: int | None, snapshot: Callable[[], Awaitable[dict[str, Any]]],

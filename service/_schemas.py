@@ -2,16 +2,44 @@
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 __all__ = ["StartRun", "ResumeRun", "Answer", "Approve", "Reject", "RespondWith", "RestartCall", "Accepted",
-           "Problem", "RunList", "RunRow", "InputMessage", "Served"]
+           "Problem", "RunList", "RunRow", "InputMessage", "Served", "RunView", "PendingView", "VersionRow",
+           "Approvals", "ApprovalItem", "HistoryPage", "run_id_problem", "MAX_VERSION"]
 
-CheckpointId = Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^/]+$",
-                                    description="the run's checkpoint ID (no '/')")]
+MAX_VERSION = 2**53
+"""The largest version a request may name (what a JSON number holds exactly)."""
+
+
+def run_id_problem(text: str) -> str | None:
+    """Why `text` cannot be a run ID started over HTTP (the page and every client must be able to address
+    it in a URL path), or None."""
+    if text in (".", ".."):
+        return "'.' and '..' are path steps, not run IDs (a browser resolves them away)"
+    if "/" in text:
+        return "a run ID started over HTTP may not contain '/' (a URL path could not address it)"
+    for ch in text:
+        if unicodedata.category(ch) in ("Cc", "Cs"):
+            return f"a run ID may not contain control characters or lone surrogates (found U+{ord(ch):04X})"
+    return None
+
+
+def _run_id(text: str) -> str:
+    problem = run_id_problem(text)
+    if problem is not None:
+        raise ValueError(problem)
+    return text
+
+
+CheckpointId = Annotated[str, Field(min_length=1, max_length=512, description="the run's checkpoint ID: no '/', no "
+                                    "control characters, not '.' or '..'"),
+                         AfterValidator(_run_id)]
 InterruptId = Annotated[str, Field(min_length=1, max_length=256, description="a pending interrupt's ID")]
+Version = Annotated[int, Field(ge=1, le=MAX_VERSION)]
 
 
 class _Body(BaseModel):
@@ -41,7 +69,8 @@ class Approve(_Body):
 
     action: Literal["approve"]
     interrupt_id: InterruptId
-    digest: str | None = Field(None, description="the approval's digest as it was shown: refused if it changed")
+    digest: str | None = Field(None, max_length=128, description="the approval's digest as it was shown: 409 if the "
+                               "call changed since (nothing runs); an approve needs it or `expected_version`")
 
 
 class Reject(_Body):
@@ -78,9 +107,11 @@ class ResumeRun(_Body):
 
     answers: list[Answer] = Field(default_factory=list, description="one answer per interrupt ID; none to "
                                   "continue a run that waits on no answer (a static pause, a crash, a failure)")
-    expected_version: int | None = Field(None, ge=1, description="the version the answers were made for: "
-                                         "409 if the run has moved on since")
-    takeover: bool = Field(False, description="take over a run whose process died before its lease expired")
+    expected_version: Version | None = Field(None, description="the version the answers were made for: 409 if "
+                                             "the run has moved on since (an approve needs it or its `digest`)")
+    takeover: bool = Field(False, description="take over a run whose process died before its lease expired; "
+                                              "refused (409) while its owner is this service or a live process "
+                                              "on this host")
     wait: bool = Field(False, description="answer once the run pauses again, completes or fails")
 
 
@@ -96,12 +127,91 @@ class Accepted(BaseModel):
 
 
 class Problem(BaseModel):
-    """An error: what happened and what to do. A conflict also says where the run is now."""
+    """An error: what happened and what to do. A conflict also says where the run is now, and which
+    interrupts it waits on (the same IDs its `detail` names)."""
 
     detail: str
     current_version: int | None = None
     status: str | None = None
     pending: list[str] | None = None
+
+
+class Lease(BaseModel):
+    owner: str | None
+    expires: float | None
+    alive: bool
+
+
+class VersionRow(BaseModel):
+    """One version of a run."""
+
+    checkpoint_id: str
+    version: int
+    status: str
+    step: int
+    created_at: float
+    updated_at: float
+    error: str | None
+    origin: str | None
+    lease: Lease | None = None
+
+
+class PendingView(BaseModel):
+    """One interrupt a run waits on: an approval (tool, arguments, digest), a static pause, or a node's or
+    tool's own interrupt (`info`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    kind: Literal["approval", "pause", "interrupt"]
+    address: str
+    paused_at: float | None
+    version: int | None
+    tool: str | None = None
+    call_id: str | None = None
+    arguments: Any = None
+    arguments_json: str | None = None
+    digest: str | None = None
+    info: Any = None
+
+
+class RunView(VersionRow):
+    """A run as stored: its newest (or a given) version, what it waits on, its conversation (an agent) or
+    state (a graph), its output, and a page of its history, newest first."""
+
+    model_config = ConfigDict(extra="allow")
+
+    graph: str
+    kind: Literal["agent", "graph"]
+    newest_version: int
+    active: bool
+    interrupts: list[PendingView]
+    pending_nodes: list[str]
+    messages: list[dict[str, Any]] | None = None
+    decisions: Any = None
+    state: Any = None
+    output: Any = None
+    history: list[VersionRow]
+    history_next: int | None = Field(description="pass as ?before= to GET /runs/{id}/history for older versions")
+
+
+class HistoryPage(BaseModel):
+    history: list[VersionRow]
+    next: int | None = Field(description="pass as ?before= for the next page; null on the last")
+
+
+class ApprovalItem(PendingView):
+    """A pending interrupt with its run: a failed run still waiting on one says so (`run_status`, `run_error`)."""
+
+    checkpoint_id: str
+    graph: str | None
+    run_status: Literal["interrupted", "failed", "running"]
+    run_error: str | None
+
+
+class Approvals(BaseModel):
+    approvals: list[ApprovalItem]
+    unreadable: list[str] = Field(description="runs that wait on something but cannot be read (damaged, foreign)")
 
 
 class RunRow(BaseModel):

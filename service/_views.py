@@ -13,7 +13,7 @@ from typing import Any
 from waypoint.engine import CheckpointMeta, InterruptCtx, RunSnapshot
 from waypoint.engine.jsonable import jsonable, message_json, output_json, tool_arguments
 
-__all__ = ["plain", "meta_view", "run_view", "pending_view"]
+__all__ = ["plain", "lease_alive", "meta_view", "run_view", "pending_view"]
 
 
 def plain(value: Any) -> Any:
@@ -54,14 +54,16 @@ def pending_view(ctx: InterruptCtx, version: int | None, paused_at: float | None
     return out
 
 
-def run_view(snap: RunSnapshot, history: Sequence[CheckpointMeta], *, active: bool) -> dict[str, Any]:
-    """A decoded version with the run's history (newest first)."""
+def run_view(snap: RunSnapshot, history: Sequence[CheckpointMeta], *, newest: int, history_next: int | None,
+             active: bool) -> dict[str, Any]:
+    """A decoded version with a page of the run's history (newest first; `history_next` is the
+    `history_before=` of the next page, None on the last)."""
     from waypoint.engine.agents import AgentState
 
     meta = snap.meta
     is_agent = isinstance(snap.state, AgentState)
     out = {**meta_view(meta), "graph": snap.graph, "kind": "agent" if is_agent else "graph",
-           "newest_version": history[0].version if history else meta.version, "active": active,
+           "newest_version": newest, "active": active,
            "interrupts": [pending_view(c, meta.version, meta.updated_at) for c in snap.interrupts.contexts]
            if meta.status != "completed" else [],
            "pending_nodes": list(snap.pending)}
@@ -72,4 +74,5 @@ def run_view(snap: RunSnapshot, history: Sequence[CheckpointMeta], *, active: bo
         out["state"] = plain(snap.state)
     out["output"] = output_json(snap.output)
     out["history"] = [meta_view(m) for m in history]
+    out["history_next"] = history_next
     return out

@@ -1,9 +1,10 @@
 """`waypoint serve`: the service on uvicorn, bound to 127.0.0.1 unless told otherwise.
 
     waypoint serve --db URL --agents module:attr[,module:attr...] [--host 127.0.0.1] [--port 8000]
+                   [--max-body BYTES] [--session-ttl SECONDS]
 
-The token comes from `WAYPOINT_TOKEN` (and `WAYPOINT_READ_TOKEN` for read-only viewers); without one the
-command refuses to start. Runs started or resumed over HTTP execute in this process; stopping it (Ctrl-C,
+The token comes from `WAYPOINT_TOKEN` (and `WAYPOINT_READ_TOKEN` for read-only viewers); without one, or
+with one shorter than 16 characters, the command refuses to start. Runs started or resumed over HTTP execute in this process; stopping it (Ctrl-C,
 SIGTERM) saves each as cancelled at its last finished step, resumable.
 """
 
@@ -20,7 +21,9 @@ from typing import Any
 
 from waypoint.stores import open_store
 
-from ._auth import READ_TOKEN_ENV, TOKEN_ENV, Auth, AuthError
+from ._auth import MIN_TOKEN_LENGTH, READ_TOKEN_ENV, TOKEN_ENV, Auth, AuthError
+from ._guard import MAX_BODY
+from ._sessions import SESSION_TTL
 from ._service import create_app
 from ._targets import ServiceError, load_targets
 
@@ -37,6 +40,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="the ChatModelAgents, Runners or graphs to serve (or functions returning one)")
     p.add_argument("--host", default="127.0.0.1", help="the address to bind (default: %(default)s, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="the port (0: any free one; default: %(default)s)")
+    p.add_argument("--max-body", type=int, default=MAX_BODY, metavar="BYTES",
+                   help="the largest request body accepted (413 over it; default: %(default)s)")
+    p.add_argument("--session-ttl", type=float, default=SESSION_TTL, metavar="SECONDS",
+                   help="how long a login on the page lasts (default: %(default)s)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     return p
 
@@ -44,6 +51,14 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `waypoint serve ...` until stopped; returns the exit code (2: it could not start)."""
     args = _parser().parse_args(argv)
+    if not os.environ.get(TOKEN_ENV) and not os.environ.get(READ_TOKEN_ENV):
+        print(f"waypoint serve: no service token: set {TOKEN_ENV} (at least {MIN_TOKEN_LENGTH} characters; make one "
+              f"with: python -c 'import secrets; print(secrets.token_urlsafe(24))'), and optionally "
+              f"{READ_TOKEN_ENV} for read-only viewers of the page", file=sys.stderr)
+        return 2
+    if args.max_body < 1 or args.session_ttl <= 0:
+        print("waypoint serve: --max-body and --session-ttl must be positive", file=sys.stderr)
+        return 2
     try:
         auth = Auth()
         targets = load_targets(args.agents)
@@ -58,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"(the token travels in every request)", file=sys.stderr)
     try:
         asyncio.run(serve(targets, store, host=args.host, port=args.port, auth=auth, log_level=args.log_level,
+                          max_body=args.max_body, session_ttl=args.session_ttl,
                           banner=f"(database {args.db}; token from ${TOKEN_ENV}"
                                  f"{' and $' + READ_TOKEN_ENV if os.environ.get(READ_TOKEN_ENV) else ''})"))
     except ServiceError as err:
@@ -69,11 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def serve(targets: Any, store: Any, *, host: str = "127.0.0.1", port: int = 8000, auth: Any = None,
-                log_level: str = "info", banner: str = "") -> None:
+                log_level: str = "info", banner: str = "", max_body: int = MAX_BODY,
+                session_ttl: float = SESSION_TTL) -> None:
     """Serve `targets` on `store` with uvicorn until stopped; prints the page's address once listening."""
     import uvicorn
 
-    app = create_app(targets, store, auth=auth)
+    app = create_app(targets, store, auth=auth, max_body=max_body, session_ttl=session_ttl)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                             timeout_graceful_shutdown=3)  # event streams never end by themselves
     server = uvicorn.Server(config)

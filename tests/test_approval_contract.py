@@ -530,4 +530,4 @@ def test_decisions_of_calls_that_finished_survive_a_crash_of_their_batch(tmp_pat
             await store.close()
 
     assert asyncio.run(decisions()) == [("c1", "approved"), ("c2", "approved")]
-    assert [r[0] for r in executed(journal)] == ["pay", "slow", "slow"]
+    assert sorted(r[0] for r in executed(journal)) == ["pay", "slow", "slow"]  # pay once; slow again after the kill

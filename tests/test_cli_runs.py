@@ -437,3 +437,43 @@ def test_runs_reads_a_postgres_database_by_url(pg_url):
     proc = subprocess.run([str(WAYPOINT), "runs", "list", "--db", bad], capture_output=True, text=True, timeout=60,
                           env=_env())
     assert proc.returncode == 1 and "cannot open the database" in proc.stderr and "secret" not in proc.stderr
+
+
+def test_show_writes_hidden_characters_as_codes_and_warns(tmp_path):
+    """A model's bidi controls, zero-width characters, terminal escapes and lone surrogates are shown as
+    \\uXXXX (never obeyed by the terminal), in the arguments, the tool name and the run ID."""
+    script = r'''
+import asyncio, sys
+from waypoint.engine import ChatModelAgent, Message, Runner, ToolCall, tool
+from waypoint.engine.models import ScriptedChatModel
+from waypoint.middleware import ApprovalMiddleware
+from waypoint.stores import SQLiteStore
+
+@tool(name="exe\u200bcute")
+def execute(command: str) -> str:
+    """Run it."""
+    return command
+
+ARGS = '{"command": "echo hello \u202e\u2066; rm -rf ~/ \u2069 \u2066#\u2069\u202c \\u001b[2J ls \\ud800"}'
+model = ScriptedChatModel([Message.assistant("ok", tool_calls=[ToolCall(id="c1", name="exe\u200bcute", arguments=ARGS)])])
+agent = ChatModelAgent(name="ops-test", model=model, tools=[execute],
+                       middlewares=[ApprovalMiddleware(tools=lambda n, a: True)])
+
+async def main():
+    async for _ in Runner(agent, store=SQLiteStore(sys.argv[1])).run("go", checkpoint_id="bidi \u202erun"):
+        pass
+
+asyncio.run(main())
+'''
+    db = tmp_path / "runs.db"
+    subprocess.run([sys.executable, "-c", script, str(db)], check=True, env=_env(), timeout=60)
+    code, out, err = runs("show", "bidi \u202erun", db=db)
+    assert code == 0 and "status    interrupted" in out, err
+    for hidden in ("\u202e", "\u2066", "\u200b", "\x1b"):
+        assert hidden not in out, repr(hidden)
+    for shown in ("run bidi \\u202erun", "exe\\u200bcute", "echo hello \\u202e\\u2066; rm -rf ~/", "\\u001b[2J",
+                  "ls \\ud800"):
+        assert shown in out, (shown, out)
+    assert out.count("invisible or direction-changing") == 2, out  # at the call, and at its pending approval
+    code, out, _ = runs("list", db=db)
+    assert code == 0 and "bidi \\u202erun" in out and "\u202e" not in out

@@ -242,7 +242,9 @@ def test_a_sync_node_blocking_the_event_loop_keeps_its_lease(tmp_path):
 
 
 def test_a_process_that_lost_its_lease_stops_before_its_next_step(tmp_path):
-    """durability="exit" writes nothing per step: only the renewal tells the owner it lost the run."""
+    """durability="exit" writes nothing per step: only the lease tells the owner it lost the run. The owner
+    is frozen (SIGSTOP, as a long GC pause or a VM freeze would) until its lease expires — a live owner
+    on this host is never taken over — and another process continues the run meanwhile."""
     db, journal = tmp_path / "runs.db", tmp_path / "journal"
     opts = ("--durability", "exit", "--lease", "0.6")
     code, out, err = run(db, "ch", "chain", *opts, journal=journal)
@@ -250,20 +252,34 @@ def test_a_process_that_lost_its_lease_stops_before_its_next_step(tmp_path):
     resume = json.dumps({json.loads(out)["interrupt"][0]: "go"})
     first = start(db, "ch", "chain", *opts, "--resume", resume, journal=journal)
     wait_for_line(journal, "c1")
-    # the first process's answer was stored with its claim: the takeover continues with it, and
-    # sending it again is refused (an answer is given once)
-    code, _, err = run(db, "ch", "chain", *opts, "--resume", resume, "--takeover", journal=journal)
-    assert code == 4 and "already answered" in err, err
-    code, out, err = run(db, "ch", "chain", *opts, "--continue-run", "--takeover", journal=journal)
+    first.send_signal(signal.SIGSTOP)  # frozen past its lease: another process may take the run over
+    try:
+        wait_until(lambda: lease_expired(db, "ch"))
+        # the first process's answer was stored with its claim: the takeover continues with it, and
+        # sending it again is refused (an answer is given once)
+        code, _, err = run(db, "ch", "chain", *opts, "--resume", resume, journal=journal)
+        assert code == 4 and "already answered" in err, err
+        code, out, err = run(db, "ch", "chain", *opts, "--continue-run", journal=journal)
+    finally:
+        first.send_signal(signal.SIGCONT)
     assert code == 0, err
     assert json.loads(out) == ["c1", "c2", "c3", "c4", "c5", "c6"]
     code, _, err = finish(first)
-    assert code == 3 and "lost its lease" in err, err
+    assert code == 3 and ("lost its lease" in err or "could not renew its lease" in err), err
     lines = [line.split() for line in journal.read_text().splitlines()]
     second_pid = lines[-1][-1]
     takeover_at = next(i for i, parts in enumerate(lines) if parts[-1] == second_pid)
     first_after = [p[0] for p in lines[takeover_at:] if p[-1] == str(first.pid)]
-    assert len(first_after) <= 1, lines  # at most the step it was in when its renewer noticed
+    assert len(first_after) <= 1, lines  # at most the step it was in when it noticed
+
+
+def lease_expired(db: Path, checkpoint_id: str) -> bool:
+    import sqlite3
+
+    with sqlite3.connect(db, timeout=5) as conn:
+        (expires,) = conn.execute("SELECT lease_expires FROM waypoint_checkpoints WHERE checkpoint_id = ? "
+                                  "ORDER BY version DESC LIMIT 1", (checkpoint_id,)).fetchone()
+    return expires is not None and expires < time.time()
 
 
 @pytest.mark.parametrize("after", [3, 10, 20])

@@ -147,7 +147,9 @@ def test_stale_resumes_are_409_with_the_current_version(client, calls):
     assert r.status_code == 409 and r.json()["current_version"] == version and r.json()["status"] == "interrupted"
     assert "moved on" in r.json()["detail"]
     assert client.get("/runs/t5").json()["version"] == version  # the refused resume wrote nothing
-    ok = client.post("/runs/t5/resume", json={"answers": [{"action": "approve", "interrupt_id": iid}], "wait": True})
+    digest = run["interrupts"][0]["digest"]
+    ok = client.post("/runs/t5/resume", json={"answers": [{"action": "approve", "interrupt_id": iid, "digest": digest}],
+                                              "wait": True})
     assert ok.status_code == 200 and ok.json()["status"] == "completed"
     again = client.post("/runs/t5/resume", json={"answers": [{"action": "approve", "interrupt_id": iid}],
                                                  "expected_version": version})
@@ -158,7 +160,8 @@ def test_stale_resumes_are_409_with_the_current_version(client, calls):
 
 def test_an_interrupt_that_is_no_longer_pending_is_409_listing_what_is(client):
     run = paused(client, "t6")
-    r = client.post("/runs/t6/resume", json={"answers": [{"action": "approve", "interrupt_id": "0123456789abcdef"}]})
+    r = client.post("/runs/t6/resume", json={"answers": [{"action": "approve", "interrupt_id": "0123456789abcdef",
+                                                          "digest": run["interrupts"][0]["digest"]}]})
     assert r.status_code == 409 and r.json()["pending"] == [run["interrupts"][0]["id"]]
 
 
@@ -189,7 +192,8 @@ def test_bad_input_is_422_naming_the_field(client):
     resumes = [
         ({"answers": [{"action": "maybe", "interrupt_id": iid}]}, ["body", "answers", 0]),
         ({"answers": [{"action": "approve"}]}, ["body", "answers", 0, "approve", "interrupt_id"]),
-        ({"answers": [{"action": "approve", "interrupt_id": iid}, {"action": "reject", "interrupt_id": iid}]},
+        ({"answers": [{"action": "approve", "interrupt_id": iid, "digest": "d"},
+                      {"action": "reject", "interrupt_id": iid}]},
          ["body", "answers", 1, "interrupt_id"]),
         ({"answers": []}, ["body", "answers"]),  # it waits on an answer
         ({"expected_version": 0}, ["body", "expected_version"]),
@@ -259,7 +263,7 @@ def test_the_openapi_document_is_served_behind_the_token(served, client):
         assert anonymous.get("/openapi.json").status_code == 401
 
 
-def _race(served_pair, cid: str, iid: str, answers: list | None = None) -> list[int]:
+def _race(served_pair, cid: str, iid: str, digest: str, answers: list | None = None) -> list[int]:
     """POST the same approval from two threads at the same moment; the status codes, sorted."""
     barrier, codes = threading.Barrier(2), []
     answers = answers if answers is not None else []
@@ -267,7 +271,8 @@ def _race(served_pair, cid: str, iid: str, answers: list | None = None) -> list[
     def resume(server):
         with server.client() as c:
             barrier.wait()
-            r = c.post(f"/runs/{cid}/resume", json={"answers": [{"action": "approve", "interrupt_id": iid}]})
+            r = c.post(f"/runs/{cid}/resume", json={"answers": [{"action": "approve", "interrupt_id": iid,
+                                                                 "digest": digest}]})
             codes.append(r.status_code)
             answers.append(r.json())
 
@@ -282,7 +287,8 @@ def _race(served_pair, cid: str, iid: str, answers: list | None = None) -> list[
 def test_two_concurrent_resumes_one_200_one_409_and_the_tool_runs_once(served, client, calls):
     for n in range(3):  # a few rounds: whichever request comes first, exactly one wins
         run = paused(client, f"race{n}", f"deploy {n}")
-        assert _race([served, served], f"race{n}", run["interrupts"][0]["id"]) == [200, 409]
+        pending = run["interrupts"][0]
+        assert _race([served, served], f"race{n}", pending["id"], pending["digest"]) == [200, 409]
         wait_status(client, f"race{n}", "completed")
     assert calls == ["deploy 0", "deploy 1", "deploy 2"]
 
@@ -292,7 +298,7 @@ def test_two_servers_on_one_database_one_200_one_409(tmp_path):
     apps = [create_app(approval_agent(calls), SQLiteStore(tmp_path / "runs.db"), auth=TOKEN) for _ in range(2)]
     with Served(apps[0]) as a, Served(apps[1]) as b, a.client() as c:
         run = paused(c, "shared")
-        assert _race([a, b], "shared", run["interrupts"][0]["id"]) == [200, 409]
+        assert _race([a, b], "shared", run["interrupts"][0]["id"], run["interrupts"][0]["digest"]) == [200, 409]
         wait_status(c, "shared", "completed")
     assert calls == ["uptime"]
 
@@ -327,7 +333,7 @@ def test_the_409_comes_from_the_stores_compare_and_set(tmp_path):
     gate = _BothReadFirst(SQLiteStore(tmp_path / "runs.db"), "cas", run["version"])
     answers: list[dict] = []
     with Served(create_app(approval_agent(calls), gate, auth=TOKEN)) as s, s.client() as c:
-        assert _race([s, s], "cas", run["interrupts"][0]["id"], answers) == [200, 409]
+        assert _race([s, s], "cas", run["interrupts"][0]["id"], run["interrupts"][0]["digest"], answers) == [200, 409]
         assert gate.claims == 2  # both got as far as writing the claim
         wait_status(c, "cas", "completed")
     assert calls == ["uptime"]
@@ -375,7 +381,8 @@ def test_mounted_under_a_prefix_in_an_existing_app(tmp_path):
         assert '<base href="/waypoint/">' in page and 'src="ui/static/app.js"' in page
         r = c.post("/waypoint/ui/login", json={"token": TOKEN}, headers={"X-Requested-With": "waypoint"})
         assert "Path=/waypoint/" in r.headers["set-cookie"]
-        answer = {"answers": [{"action": "approve", "interrupt_id": run["interrupts"][0]["id"]}], "wait": True}
+        answer = {"answers": [{"action": "approve", "interrupt_id": run["interrupts"][0]["id"],
+                               "digest": run["interrupts"][0]["digest"]}], "wait": True}
         assert c.post("/waypoint/runs/m1/resume", json=answer).json()["status"] == "completed"
     assert calls == ["ls"]
     assert router.service.logs.hub.closed  # the router's lifespan ran in the app's shutdown
@@ -397,7 +404,8 @@ def test_a_damaged_run_is_500_to_read_and_does_not_hide_the_other_approvals(tmp_
 def test_restart_runs_the_call_again_with_new_arguments(client, calls):
     run = paused(client, "t9", "rm -rf /")
     r = client.post("/runs/t9/resume", json={"answers": [{"action": "restart", "interrupt_id": run["interrupts"][0]["id"],
-                                                          "replace_input": {"command": "ls /"}}], "wait": True})
+                                                          "replace_input": {"command": "ls /"}}],
+                                             "expected_version": run["version"], "wait": True})
     assert r.status_code == 200 and r.json()["status"] == "completed"
     assert calls == ["ls /"]
     assert r.json()["decisions"][0]["verb"] == "restarted"
@@ -410,3 +418,88 @@ def test_the_public_names():
                                     "load_targets", "open_store"}
     for name in service.__all__:
         assert hasattr(service, name)
+
+
+class _MovesOnAfterTheLook:
+    """A store that, right after the service has looked at run `checkpoint_id` for a resume, lets `move_on()`
+    change the run (as another client would) before the service's claim: the claim must be made on the
+    version the service looked at, or it would act on a stale check."""
+
+    def __init__(self, store, checkpoint_id, move_on):
+        self._store, self._cid, self._move_on = store, checkpoint_id, move_on
+        self.armed = False
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    async def history(self, checkpoint_id, *, limit=None):
+        found = await self._store.history(checkpoint_id, limit=limit)
+        if self.armed and checkpoint_id == self._cid and limit == 1:
+            self.armed = False
+            await self._move_on()
+        return found
+
+
+def test_the_claim_is_made_on_the_version_the_answer_was_checked_against(tmp_path):
+    import json as _json
+
+    from waypoint.engine import ChatModelAgent, Message, Runner, ToolCall, tool
+    from waypoint.engine.models import ScriptedChatModel
+    from waypoint.middleware import ApprovalMiddleware, ApprovalResult
+
+    ran: list[str] = []
+
+    @tool
+    def execute(command: str) -> str:
+        """Run it."""
+        ran.append(command)
+        return f"ran {command}"
+
+    def reply(messages, tools):  # the same call ID every turn: the same pause address, the same ID today
+        last = messages[-1]
+        if last.role == "tool":
+            return Message.assistant(f"The tool said: {last.content}")
+        return Message.assistant("ok", tool_calls=[ToolCall(id="call_0", name="execute",
+                                                            arguments=_json.dumps({"command": last.content}))])
+
+    agent = ChatModelAgent(name="ops", model=ScriptedChatModel([reply] * 100), tools=[execute],
+                           middlewares=[ApprovalMiddleware(tools={"execute"})])
+    inner = SQLiteStore(tmp_path / "runs.db")
+    runner = Runner(agent, store=inner)
+
+    async def move_on():  # another client rejects the call, and a new turn asks for another command
+        snap = await runner.app.get_run("turns")
+        async for _ in runner.resume_with_params("turns", {snap.interrupts.contexts[0].id:
+                                                           ApprovalResult(approved=False)}):
+            pass
+        async for _ in runner.run("rm -rf /srv", checkpoint_id="turns"):
+            pass
+
+    store = _MovesOnAfterTheLook(inner, "turns", move_on)
+    with Served(create_app({"ops": agent}, store, auth=TOKEN)) as s, s.client() as c:
+        first = paused(c, "turns", "uptime")
+        shown = first["interrupts"][0]
+        store.armed = True
+        r = c.post("/runs/turns/resume", json={"answers": [{"action": "approve", "interrupt_id": shown["id"],
+                                                            "digest": shown["digest"]}]})
+        assert r.status_code == 409 and f"moved past version {first['version']}" in r.json()["detail"], r.text
+        now = c.get("/runs/turns").json()
+        assert now["status"] == "interrupted" and now["interrupts"][0]["arguments"] == {"command": "rm -rf /srv"}
+    assert ran == []  # neither the rejected call nor the new one ran on an answer made for another
+
+
+def test_the_service_folder_reads_bottom_up():
+    """Each module of service/ imports only modules listed above it in docs/service.md's "Where things are"
+    (no import circle: `_api` <-> `_service` <-> `_ui` was one)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    table = (root / "docs" / "service.md").read_text().split("## Where things are", 1)[1]
+    order = [m.group(1) for m in re.finditer(r"^\| `service/(_?\w+)\.py`", table, re.M)]
+    modules = {p.stem for p in (root / "service").glob("*.py")} - {"__init__"}
+    assert set(order) == modules, "docs/service.md's table lists every module of service/ once"
+    for i, name in enumerate(order):
+        text = (root / "service" / f"{name}.py").read_text()
+        imported = set(re.findall(r"^\s*from \.(_?\w+) import", text, re.M))
+        assert imported <= set(order[:i]), (name, sorted(imported - set(order[:i])))

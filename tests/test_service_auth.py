@@ -95,20 +95,26 @@ def test_no_token_configured_refuses_to_build_the_service(monkeypatch):
         Auth("")
 
 
-def test_the_page_logs_in_with_a_cookie_and_writes_need_the_forgery_header(served):
+def test_the_page_logs_in_to_a_session_and_writes_need_its_write_key(served):
     with served.client(token=None) as c:
         assert c.post("/ui/login", json={"token": WRONG}, headers={"X-Requested-With": "waypoint"}).status_code == 401
         assert c.post("/ui/login", json={"token": TOKEN}).status_code == 403  # no header: a form from elsewhere
         r = c.post("/ui/login", json={"token": TOKEN}, headers={"X-Requested-With": "waypoint"})
         assert r.status_code == 200 and TOKEN not in r.text
+        key = r.json()["csrf"]
         cookie = r.headers["set-cookie"]
-        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+        assert cookie.startswith("waypoint_session=") and TOKEN not in cookie
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie and "Max-Age=" in cookie
         assert c.get("/runs").status_code == 200  # the cookie authenticates reads
-        r = c.post("/runs", json={"input": "ls", "checkpoint_id": "c1"})
-        assert r.status_code == 403 and "x-requested-with" in r.json()["detail"]
         r = c.post("/runs", json={"input": "ls", "checkpoint_id": "c1"}, headers={"X-Requested-With": "waypoint"})
+        assert r.status_code == 403 and "x-waypoint-csrf" in r.json()["detail"]  # the old header is not enough
+        r = c.post("/runs", json={"input": "ls", "checkpoint_id": "c1"}, headers={"X-Waypoint-CSRF": "guess"})
+        assert r.status_code == 403
+        r = c.post("/runs", json={"input": "ls", "checkpoint_id": "c1"}, headers={"X-Waypoint-CSRF": key})
         assert r.status_code == 201
-        assert c.post("/ui/logout").status_code == 204
+        assert c.post("/ui/logout").status_code == 403  # a forged logout (no write key) is refused
+        assert c.get("/runs").status_code == 200
+        assert c.post("/ui/logout", headers={"X-Waypoint-CSRF": key}).status_code == 204
         assert c.get("/runs").status_code == 401
 
 
@@ -131,3 +137,18 @@ def test_no_token_value_in_a_log_line(served, caplog):
         good.post("/runs/l1/resume", json={"answers": [{"action": "approve", "interrupt_id": "nope"}]})
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert TOKEN not in text and WRONG not in text
+
+
+def test_a_token_taken_away_ends_its_page_sessions():
+    valid = {TOKEN}
+
+    async def decide(token):
+        return True if token in valid else None
+
+    with Served(create_app(approval_agent([]), MemoryStore(), auth=decide)) as s, s.client(token=None) as page:
+        assert page.post("/ui/login", json={"token": TOKEN}, headers={"X-Requested-With": "waypoint"}).status_code == 200
+        assert page.get("/runs").status_code == 200
+        valid.clear()  # the identity provider revokes the token
+        assert page.get("/runs").status_code == 401
+        valid.add(TOKEN)
+        assert page.get("/runs").status_code == 401  # the session ended with it; log in again

@@ -8,22 +8,23 @@ by .ci/run) that is a failure instead.
 
 from __future__ import annotations
 
+import json
 import os
-import queue
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
 
 pytest.importorskip("fastapi")
 
+from service_support import PROCS, ServeProcess  # noqa: E402
+
 TOKEN = "browser-token-3c4d5e6f"
-PROCS = Path(__file__).resolve().parent / "procs"
 CHROMIUM_FLAGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -45,60 +46,9 @@ def _chromium() -> str:
     return path
 
 
-class ServeProcess:
-    """`waypoint serve` on a free port in a child process; its output is collected (for the token check)."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tool_log = tmp / "ran.txt"
-        env = {**os.environ, "WAYPOINT_TOKEN": TOKEN, "SERVICE_TOOL_LOG": str(self.tool_log),
-               "PYTHONPATH": os.pathsep.join([str(PROCS), os.environ.get("PYTHONPATH", "")])}
-        env = {k: v for k, v in env.items() if not k.startswith("OPENAI_")}
-        waypoint = str(Path(sys.executable).parent / "waypoint")
-        self.proc = subprocess.Popen([waypoint, "serve", "--db", str(tmp / "runs.db"), "--agents",
-                                      "service_agent:build", "--port", "0"], cwd=tmp, env=env, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.output: list[str] = []
-        self.lines: queue.Queue[str] = queue.Queue()
-        for stream in (self.proc.stdout, self.proc.stderr):
-            threading.Thread(target=self._drain, args=(stream,), daemon=True).start()
-        self.url = self._wait_for_banner()
-
-    def _drain(self, stream) -> None:
-        for line in stream:
-            self.output.append(line)
-            self.lines.put(line)
-
-    def _wait_for_banner(self) -> str:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=0.5)
-            except queue.Empty:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            if line.startswith("waypoint serve: http://"):
-                return line.split()[2].removesuffix("/ui")
-        self.stop()
-        raise AssertionError("waypoint serve did not start:\n" + "".join(self.output))
-
-    def stop(self) -> str:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        time.sleep(0.1)  # let the drain threads read what is left
-        return "".join(self.output)
-
-    def ran(self) -> list[str]:
-        return self.tool_log.read_text().splitlines() if self.tool_log.exists() else []
-
-
 def _paused(api: httpx.Client, cid: str, command: str) -> dict:
-    r = api.post("/runs", json={"input": f"please run the command {command}", "checkpoint_id": cid, "wait": True})
+    r = api.post("/runs", json={"agent": "ops", "input": f"please run the command {command}", "checkpoint_id": cid,
+                                "wait": True})
     assert r.status_code == 201, r.text
     assert r.json()["status"] == "interrupted", r.json()
     return r.json()
@@ -114,41 +64,76 @@ def _until(api: httpx.Client, cid: str, status: str) -> dict:
         time.sleep(0.05)
 
 
+def _until_true(page, condition, timeout: float = 15.0) -> None:
+    """Let the page's events run until `condition()` holds (a route handler has been called, say)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        page.wait_for_timeout(10)
+
+
+def _page(pw, chromium: str, tmp_path: Path, url: str, token: str):
+    context = pw.chromium.launch_persistent_context(
+        str(tmp_path / "chromium-profile"), executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.goto(f"{url}/ui")
+    page.fill("#token", token)  # the login form; the session cookie it sets is HttpOnly
+    page.click("#login-form button[type=submit]")
+    return context, page
+
+
 def test_the_page_approves_and_rejects_paused_runs_live(tmp_path):
     chromium = _chromium()
     from playwright.sync_api import expect, sync_playwright
 
-    server = ServeProcess(tmp_path)
+    server = ServeProcess(tmp_path, agents="service_agent:build", token=TOKEN)
     try:
         with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as api, \
                 sync_playwright() as pw:
             first = _paused(api, "deploy-1", "echo deployed")
-            context = pw.chromium.launch_persistent_context(
-                str(tmp_path / "chromium-profile"), executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
-            page = context.new_page()
-            page.set_default_timeout(15_000)
-            page.goto(f"{server.url}/ui")
-            page.fill("#token", TOKEN)  # the login form; the cookie it sets is HttpOnly
-            page.click("#login-form button[type=submit]")
-            card = page.locator(f"li.card[data-interrupt='{first['interrupts'][0]['id']}']")
+            context, page = _page(pw, chromium, tmp_path, server.url, TOKEN)
+            iid = first["interrupts"][0]["id"]
+            card = page.locator(f"#approvals li.card[data-run='deploy-1'][data-interrupt='{iid}']")
             expect(card.locator(".tool")).to_have_text("execute")
             expect(card.locator("pre.arguments")).to_have_text('{\n  "command": "echo deployed"\n}')
             expect(page.locator("#live")).to_have_text("live")
+            assert TOKEN not in str(context.cookies())  # the page's cookie is a session, never the token
             assert server.ran() == []
 
+            # The answer to the click is held back until the live refresh has removed the card (the run
+            # moved on): the person who clicked must still see what became of their answer.
+            held = []
+            page.route("**/runs/*/resume", lambda route: held.append((route, route.fetch())))
             card.locator("button.approve").click()  # the real click
-            expect(card.locator(".outcome")).to_contain_text("approved")
             done = _until(api, "deploy-1", "completed")
+            expect(card).to_have_count(0)  # gone from the list once the run moved on (live, no reload)
+            _until_true(page, lambda: held)
+            route, response = held.pop()
+            route.fulfill(response=response)
+            page.unroute("**/runs/*/resume")
+            expect(page.locator(f"#answered li[data-run='deploy-1'][data-interrupt='{iid}'] .outcome")
+                   ).to_contain_text("approved")
             assert server.ran() == ["echo deployed"]
             assert done["decisions"][0]["verb"] == "approved"
-            expect(card).to_have_count(0)  # gone from the list once the run moved on (live, no reload)
 
             second = _paused(api, "deploy-2", "rm -rf /srv")  # appears without a reload: the page follows /events
-            card = page.locator(f"li.card[data-interrupt='{second['interrupts'][0]['id']}']")
+            iid = second["interrupts"][0]["id"]
+            card = page.locator(f"#approvals li.card[data-run='deploy-2'][data-interrupt='{iid}']")
             expect(card.locator("pre.arguments")).to_contain_text("rm -rf /srv")
             card.locator("input.reason").fill("not on a Friday")
+            waiting = []
+            page.route("**/runs/*/resume", lambda route: waiting.append(route))  # held before the server sees it
             card.locator("button.reject").click()
-            expect(card.locator(".outcome")).to_contain_text("rejected")
+            _paused(api, "deploy-3", "ls")  # the list refreshes (live) while the answer is on its way...
+            expect(page.locator("#approvals li.card[data-run='deploy-3']")).to_have_count(1)
+            expect(card.locator("button.approve")).to_be_disabled()  # ...and the card stays disabled: no 2nd click
+            expect(card.locator(".outcome")).to_have_text("sending…")
+            _until_true(page, lambda: waiting)
+            waiting.pop().continue_()
+            page.unroute("**/runs/*/resume")
+            answered = page.locator(f"#answered li[data-run='deploy-2'][data-interrupt='{iid}']")
+            expect(answered.locator(".outcome")).to_contain_text("rejected")
             rejected = _until(api, "deploy-2", "completed")
             assert server.ran() == ["echo deployed"]  # the rejected call never ran
             tool_message = next(m for m in rejected["messages"] if m["role"] == "tool")
@@ -165,6 +150,86 @@ def test_the_page_approves_and_rejects_paused_runs_live(tmp_path):
         output = server.stop()
     assert TOKEN not in output, "the token appeared in the server's output"
     assert "GET /ui" in output  # the output was really collected (uvicorn's access log)
+
+
+def test_hostile_text_cannot_spoof_or_break_the_page(tmp_path):
+    chromium = _chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    from service_support import raw_input
+
+    bidi = "echo hello \u202e\u2066; rm -rf ~/ \u2069 \u2066#\u2069\u202c"
+    with ServeProcess(tmp_path, token=TOKEN) as server, server.client() as api, sync_playwright() as pw:
+        def paused(cid: str, *calls: tuple[str, str]) -> dict:
+            r = api.post("/runs", json={"agent": "raw", "input": raw_input(*calls), "checkpoint_id": cid,
+                                        "wait": True})
+            assert r.status_code == 201, r.text
+            return r.json()
+
+        plain = paused("plain", ("execute", '{"command": "uptime"}'))
+        spoof = paused("spoof", ("execute", json.dumps({"command": bidi}, ensure_ascii=False)))
+        lone = paused("lone", ("execute", '{"command": "ls \\ud800"}'))
+        named = paused("run \u202eevil", ("exe\u200bcute", '{"command": "id"}'))
+        failed = paused("half", ("execute", '{"command": "fail"}'), ("execute", '{"command": "echo half"}'))
+        bad = next(i for i in failed["interrupts"] if i["arguments"]["command"] == "fail")
+        r = api.post("/runs/half/resume", json={"answers": [{"action": "approve", "interrupt_id": bad["id"],
+                                                             "digest": bad["digest"]}], "wait": True})
+        assert r.json()["status"] == "failed"
+
+        context, page = _page(pw, chromium, tmp_path, server.url, TOKEN)
+
+        def card(run: dict, n: int = 0):
+            return page.locator(f"#approvals li.card[data-interrupt='{run['interrupts'][n]['id']}']"
+                                f"[data-run={json.dumps(run['checkpoint_id'], ensure_ascii=False)}]")
+
+        failed = api.get("/runs/half").json()  # the answered pause is asked again under a new ID
+
+        expect(page.locator("#approvals li.card")).to_have_count(6)  # one bad run hides no other
+        expect(card(plain).locator(".warning")).to_have_count(0)
+        spoofed = card(spoof)
+        expect(spoofed.locator(".warning")).to_contain_text("invisible or direction-changing")
+        expect(spoofed.locator("pre.arguments mark.hidden-char")).to_have_count(6)
+        text = spoofed.locator("pre.arguments").inner_text()
+        assert "\\u202e" in text and "\\u2066" in text and "\u202e" not in text  # shown, not obeyed
+        assert text.index("rm -rf") < text.index("#")  # it reads in the order it runs
+        expect(card(lone).locator("pre.arguments")).to_contain_text("ls \\ud800")
+        expect(card(named).locator(".tool")).to_have_text("exe\\u200bcute")
+        expect(card(named).locator(".run-link")).to_have_text("run \\u202eevil")
+        expect(card(named).locator(".warning")).to_have_count(1)
+        for n in range(2):
+            expect(card(failed, n).locator(".failure")).to_contain_text("the disk is full")
+
+        page.goto(server.url + "/ui/runs/" + quote("run \u202eevil", safe=""))
+        expect(page.locator("#run-id")).to_have_text("run \\u202eevil")
+        expect(page.locator("#approvals li.card .warning")).to_have_count(1)
+        context.close()
+        assert "id" not in server.ran() and server.ran() == []
+
+
+def test_a_runs_page_reads_the_run_at_most_once_a_second_and_pages_its_history(tmp_path):
+    chromium = _chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    with ServeProcess(tmp_path, token=TOKEN) as server, server.client() as api, sync_playwright() as pw:
+        context, page = _page(pw, chromium, tmp_path, server.url, TOKEN)
+        expect(page.locator("#live")).to_have_text("live")
+        r = api.post("/runs", json={"agent": "steps", "input": {"n": 12, "pause": 0.25}, "checkpoint_id": "slow"})
+        assert r.status_code == 201
+        reads: list[str] = []
+        page.on("request", lambda req: reads.append(req.url) if req.url.endswith("/runs/slow") and "/ui/" not in req.url
+                else None)
+        page.goto(f"{server.url}/ui/runs/slow")
+        expect(page.locator("dd.status")).to_have_text("completed", timeout=30_000)
+        checkpoints = page.locator("#events li.event.checkpoint").count()
+        assert checkpoints >= 10 and len(reads) <= checkpoints // 2, (len(reads), checkpoints)
+        r = api.post("/runs", json={"agent": "steps", "input": {"n": 30}, "checkpoint_id": "long", "wait": True})
+        versions = r.json()["newest_version"]
+        page.goto(f"{server.url}/ui/runs/long")
+        expect(page.locator("#history tr")).to_have_count(20)  # a page of the history...
+        page.click("#older")  # ...and the rest on demand
+        expect(page.locator("#history tr")).to_have_count(versions)
+        expect(page.locator("#older")).to_be_hidden()
+        context.close()
 
 
 def test_serve_refuses_to_start_without_a_token(tmp_path):

@@ -16,7 +16,7 @@ from service_support import Served, approval_agent, events  # noqa: E402
 from waypoint.service import create_app  # noqa: E402
 from waypoint.stores import SQLiteStore  # noqa: E402
 
-TOKEN = "sse-token-77aa"
+TOKEN = "sse-token-77aa-1b2c"
 
 
 def test_the_first_token_arrives_before_the_run_ends(tmp_path):
@@ -91,8 +91,9 @@ def test_a_new_reader_gets_a_snapshot_then_live_events(tmp_path):
                 got.append((kind, data))
                 if kind == "snapshot":
                     assert data["status"] == "interrupted" and data["interrupts"][0]["id"] == run["interrupts"][0]["id"]
-                    r = c.post("/runs/snap/resume", json={"answers": [{"action": "approve",
-                                                                       "interrupt_id": data["interrupts"][0]["id"]}]})
+                    shown = data["interrupts"][0]
+                    r = c.post("/runs/snap/resume", json={"answers": [{"action": "approve", "interrupt_id": shown["id"],
+                                                                       "digest": shown["digest"]}]})
                     assert r.status_code == 200
                 if kind == "end":
                     break

@@ -1,16 +1,66 @@
 // Waypoint's approval page: pending approvals across runs (/ui) and one run (/ui/runs/ID).
-// Everything comes from the API, authenticated by the HttpOnly cookie the login form sets; writes send
-// X-Requested-With so the cookie cannot be used by another site. Data is shown with textContent only.
+// Everything comes from the API, authenticated by the session cookie the login sets (HttpOnly: scripts
+// cannot read it); writes also send the session's write key, which only this origin can read.
+// Data is shown with text nodes only, and text from runs is shown so nothing in it can hide or reorder
+// what the person reads: control, format (bidi, zero-width) and other invisible characters, and lone
+// surrogates, appear highlighted as \uXXXX, and a card that holds any says so.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const page = document.body.dataset.page;
+const base = document.querySelector("base").getAttribute("href");
+const KEY = `waypoint-write-key:${base}`;
 let scopes = [];
 
-function el(tag, cls, text) {
+// --- hostile text is data -----------------------------------------------------------------------------
+
+// What a person cannot see, or what changes how the rest reads: controls (Cc), formats (Cf: bidi
+// overrides and isolates, zero-width joiners, the BOM), line and paragraph separators, private use, lone
+// surrogates, and the other default-ignorable code points (variation selectors, fillers, tags).
+const HIDDEN = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\p{Co}\p{Cs}\p{Default_Ignorable_Code_Point}]/u;
+const HIDDEN_ALL = new RegExp(HIDDEN.source, "gu");
+
+function hex(ch) {
+  return [...ch].map((c) => {
+    const code = c.codePointAt(0);
+    return code > 0xffff ? `\\u{${code.toString(16)}}` : `\\u${code.toString(16).padStart(4, "0")}`;
+  }).join("");
+}
+
+// `text` as nodes: plain text, with each hidden character as a highlighted \uXXXX (newlines and tabs
+// kept as they are unless `strict`: identifiers such as run IDs and tool names are one line).
+function visible(text, strict) {
+  const out = document.createDocumentFragment();
+  const s = String(text);
+  let last = 0;
+  for (const m of s.matchAll(HIDDEN_ALL)) {
+    if (!strict && (m[0] === "\n" || m[0] === "\t")) continue;
+    if (m.index > last) out.append(s.slice(last, m.index));
+    const mark = document.createElement("mark");
+    mark.className = "hidden-char";
+    mark.title = "an invisible or direction-changing character, shown by its code";
+    mark.textContent = hex(m[0]);
+    out.append(mark);
+    last = m.index + m[0].length;
+  }
+  if (last < s.length) out.append(s.slice(last));
+  return out;
+}
+
+function hides(value, strict) {
+  if (typeof value === "string") {
+    for (const m of value.matchAll(HIDDEN_ALL)) if (strict || (m[0] !== "\n" && m[0] !== "\t")) return true;
+    return false;
+  }
+  if (Array.isArray(value)) return value.some((v) => hides(v, strict));
+  if (value && typeof value === "object") return Object.entries(value).some(([k, v]) => hides(k, true) || hides(v, strict));
+  return false;
+}
+
+function el(tag, cls, text, strict) {
   const node = document.createElement(tag);
   if (cls) node.className = cls;
-  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (text !== undefined && text !== null) node.append(visible(text, strict));
   return node;
 }
 
@@ -18,8 +68,16 @@ function when(seconds) {
   return seconds ? new Date(seconds * 1000).toLocaleString() : "-";
 }
 
+function runHref(cid) {
+  return `ui/runs/${encodeURIComponent(cid)}`;
+}
+
+// --- talking to the API ---------------------------------------------------------------------------------
+
 async function api(path, options = {}) {
-  const headers = { "X-Requested-With": "waypoint", ...(options.body ? { "Content-Type": "application/json" } : {}) };
+  const headers = { ...(options.body ? { "Content-Type": "application/json" } : {}) };
+  const key = localStorage.getItem(KEY);
+  if (options.method && options.method !== "GET" && key) headers["X-Waypoint-CSRF"] = key;
   const response = await fetch(path, { credentials: "same-origin", ...options, headers });
   if (response.status === 401) {
     showLogin();
@@ -56,36 +114,71 @@ $("login-form").addEventListener("submit", async (event) => {
   });
   $("token").value = "";
   if (response.ok) {
+    localStorage.setItem(KEY, (await response.json()).csrf);
     location.reload();
   } else {
-    $("login-error").textContent = "That token was not accepted.";
+    $("login-error").textContent = response.status === 429 ? "Too many wrong tokens: wait a little." :
+      "That token was not accepted.";
   }
 });
 
 $("logout").addEventListener("click", async () => {
-  await fetch("ui/logout", { method: "POST", credentials: "same-origin", headers: { "X-Requested-With": "waypoint" } });
+  await api("ui/logout", { method: "POST" }).catch(() => null);
+  localStorage.removeItem(KEY);
   location.reload();
 });
 
 // --- answering an interrupt ----------------------------------------------------------------------
 
+const sending = new Set();   // interrupts (run, ID) whose answer is on its way: their cards stay disabled
+const answered = new Map();  // interrupt (run, ID) -> what became of this page's answer (kept across refreshes)
+const keyOf = (item) => JSON.stringify([item.checkpoint_id, item.id]);
+
+function note(item, text, ok) {
+  answered.set(keyOf(item), { item, text, ok });
+  renderAnswered();
+}
+
+function renderAnswered() {
+  const list = $("answered");
+  if (!list) return;
+  list.replaceChildren(...[...answered.values()].reverse().map(({ item, text, ok }) => {
+    const li = el("li", ok ? "answer ok" : "answer refused");
+    li.dataset.interrupt = item.id;
+    li.dataset.run = item.checkpoint_id;
+    li.append(el("strong", "tool", item.tool || "interrupt", true), " in run ",
+      el("span", "run-id", item.checkpoint_id, true), ": ", el("span", "outcome", text));
+    return li;
+  }));
+  $("answered-box").hidden = answered.size === 0;
+}
+
 async function answer(item, card, answerBody) {
+  sending.add(keyOf(item));
   for (const b of card.querySelectorAll("button, input, textarea")) b.disabled = true;
-  const status = card.querySelector(".outcome");
-  status.textContent = "sending…";
+  card.querySelector(".outcome").textContent = "sending…";
   const body = { answers: [{ interrupt_id: item.id, ...answerBody }], expected_version: item.version };
-  const result = await api(`runs/${encodeURIComponent(item.checkpoint_id)}/resume`, {
-    method: "POST", body: JSON.stringify(body),
-  });
+  let result;
+  try {
+    result = await api(`runs/${encodeURIComponent(item.checkpoint_id)}/resume`, {
+      method: "POST", body: JSON.stringify(body),
+    });
+  } catch (e) {
+    result = { status: 0, ok: false, body: { detail: String(e) } };
+  } finally {
+    sending.delete(keyOf(item));
+  }
+  const verb = { approve: "approved", reject: "rejected" }[answerBody.action] || "answered";
   if (result.ok) {
-    card.classList.add("done");
-    status.textContent = answerBody.action === "approve" ? "approved: the run continues" :
-      answerBody.action === "reject" ? "rejected: the run continues" : "answered: the run continues";
+    note(item, `${verb}: the run continues (version ${result.body.version})`, true);
   } else if (result.status === 409) {
-    status.textContent = `Not sent: the run moved on (now version ${result.body.current_version}, ` +
-      `${result.body.status}). ${problem(result.body)}`;
+    note(item, `not sent: ${problem(result.body)}`, false);
   } else {
-    status.textContent = `Not sent (${result.status}): ${problem(result.body)}`;
+    note(item, `not sent (${result.status}): ${problem(result.body)}`, false);
+  }
+  const outcome = card.querySelector(".outcome");  // the card may be gone already: the list above keeps it
+  if (outcome) outcome.textContent = answered.get(keyOf(item)).text;
+  if (!result.ok && result.status !== 409) {
     for (const b of card.querySelectorAll("button, input, textarea")) b.disabled = false;
   }
   reloadSoon();
@@ -94,19 +187,29 @@ async function answer(item, card, answerBody) {
 function card(item, showRun) {
   const li = el("li", "card");
   li.dataset.interrupt = item.id;
+  li.dataset.run = item.checkpoint_id;
   const head = el("div", "card-head");
-  head.append(el("strong", "tool", item.kind === "approval" ? item.tool : (item.tool || "interrupt")));
+  head.append(el("strong", "tool", item.kind === "approval" ? item.tool : (item.tool || "interrupt"), true));
   if (showRun) {
-    const link = el("a", "run-link", item.checkpoint_id);
-    link.href = `ui/runs/${encodeURIComponent(item.checkpoint_id)}`;
+    const link = el("a", "run-link", item.checkpoint_id, true);
+    link.href = runHref(item.checkpoint_id);
     head.append(" in run ", link);
   }
   head.append(el("span", "paused", `paused ${when(item.paused_at)} (version ${item.version})`));
   li.append(head);
   const shown = item.kind === "approval" ? item.arguments : item.info;
+  if (hides(item.tool, true) || hides(item.checkpoint_id, true) || hides(shown, false)) {
+    li.classList.add("suspicious");
+    li.append(el("p", "warning", "This call holds invisible or direction-changing characters, highlighted below " +
+      "as \\u codes: it may not do what it seems to. Read it character by character before approving."));
+  }
+  if (item.run_status === "failed") {
+    li.classList.add("failed");
+    li.append(el("p", "failure", `The run failed while this waits: ${item.run_error || "no reason recorded"}. ` +
+      "Answering resumes it, retrying the step that failed."));
+  }
   li.append(el("pre", "arguments", JSON.stringify(shown, null, 2)));
   const actions = el("div", "actions");
-  const allowed = scopes.includes("resume");
   if (item.kind === "approval") {
     const approve = el("button", "approve", "Approve");
     const reason = el("input", "reason");
@@ -126,17 +229,37 @@ function card(item, showRun) {
     });
     actions.append(output, respond);
   }
-  for (const b of actions.querySelectorAll("button, input, textarea")) b.disabled = !allowed;
-  li.append(actions, el("p", "outcome"));
+  const busy = sending.has(keyOf(item));
+  for (const b of actions.querySelectorAll("button, input, textarea")) b.disabled = busy || !scopes.includes("resume");
+  li.append(actions, el("p", "outcome", busy ? "sending…" : ""));
   return li;
+}
+
+// One card that cannot be drawn never hides the others.
+function cards(items, showRun) {
+  return items.map((item) => {
+    try {
+      return card(item, showRun);
+    } catch (e) {
+      return el("li", "card broken", `an interrupt of run ${item && item.checkpoint_id} cannot be shown: ${e}`);
+    }
+  });
 }
 
 // --- live updates -----------------------------------------------------------------------------------
 
 let timer = null;
+let lastLoad = 0;
 function reloadSoon() {
   clearTimeout(timer);
   timer = setTimeout(load, 150);
+}
+
+// At most one reload a second however many events arrive (a run writing many versions).
+function reloadThrottled() {
+  if (timer) return;
+  const wait = Math.max(150, 1000 - (Date.now() - lastLoad));
+  timer = setTimeout(load, wait);
 }
 
 function follow(path, onEvent) {
@@ -145,7 +268,11 @@ function follow(path, onEvent) {
   source.onerror = () => { $("live").textContent = "reconnecting…"; $("live").className = "live"; };
   for (const kind of ["snapshot", "started", "checkpoint", "token", "message", "tool_call", "tool_result",
     "decision", "retry", "rerun", "interrupt", "end", "error", "deleted", "chunk", "node"]) {
-    source.addEventListener(kind, (e) => onEvent(kind, JSON.parse(e.data)));
+    source.addEventListener(kind, (e) => {
+      let data;
+      try { data = JSON.parse(e.data); } catch (err) { return; }
+      onEvent(kind, data);
+    });
   }
   return source;
 }
@@ -154,16 +281,20 @@ function follow(path, onEvent) {
 
 async function loadApprovals() {
   const [pending, runs] = await Promise.all([api("approvals"), api("runs?limit=20")]);
-  const list = $("approvals");
-  list.replaceChildren(...pending.body.approvals.map((item) => card(item, true)));
-  $("empty").hidden = pending.body.approvals.length > 0;
+  const items = pending.body.approvals || [];
+  $("approvals").replaceChildren(...cards(items, true));
+  $("empty").hidden = items.length > 0;
+  const unreadable = pending.body.unreadable || [];
+  $("unreadable").hidden = unreadable.length === 0;
+  $("unreadable").replaceChildren(el("span", null, "Runs that wait but cannot be read: "),
+    ...unreadable.map((cid) => el("span", "run-id", cid, true)));
   $("runs").replaceChildren(...runs.body.runs.map((r) => {
     const tr = el("tr");
-    const link = el("a", null, r.checkpoint_id);
-    link.href = `ui/runs/${encodeURIComponent(r.checkpoint_id)}`;
+    const link = el("a", null, r.checkpoint_id, true);
+    link.href = runHref(r.checkpoint_id);
     const first = el("td");
     first.append(link);
-    tr.append(first, el("td", null, r.graph || "?"), el("td", `status ${r.status}`, r.status),
+    tr.append(first, el("td", null, r.graph || "?", true), el("td", `status ${r.status}`, r.status),
       el("td", null, r.version), el("td", null, when(r.updated_at)));
     return tr;
   }));
@@ -173,26 +304,44 @@ async function loadApprovals() {
 
 const runId = page === "run" ? decodeURIComponent(location.pathname.split("/ui/runs/")[1] || "") : null;
 
+function historyRows(rows) {
+  return rows.map((h) => {
+    const tr = el("tr");
+    tr.append(el("td", null, h.version), el("td", `status ${h.status}`, h.status), el("td", null, h.step),
+      el("td", null, when(h.updated_at)), el("td", null, h.error || ""));
+    return tr;
+  });
+}
+
+function setOlder(next) {
+  $("older").hidden = next === null || next === undefined;
+  $("older").dataset.before = next ?? "";
+}
+
 function renderRun(run) {
-  $("run-id").textContent = run.checkpoint_id;
+  $("run-id").replaceChildren(visible(run.checkpoint_id, true));
   const facts = [["graph", `${run.graph} (${run.kind})`], ["status", run.status], ["version", run.version],
     ["step", run.step], ["updated", when(run.updated_at)], ["error", run.error],
     ["decisions", (run.decisions || []).map((d) => `${d.verb} ${d.tool} (call ${d.call_id}) at version ${d.version}` +
       (d.reason ? `: ${d.reason}` : "")).join("; ") || null]];
   $("facts").replaceChildren(...facts.filter(([, v]) => v !== null && v !== undefined).flatMap(([k, v]) =>
     [el("dt", null, k), el("dd", k === "status" ? `status ${v}` : null, v)]));
-  $("approvals").replaceChildren(...run.interrupts.filter((i) => i.kind !== "pause")
-    .map((i) => card({ checkpoint_id: run.checkpoint_id, ...i }, false)));
+  $("approvals").replaceChildren(...cards(run.interrupts.filter((i) => i.kind !== "pause")
+    .map((i) => ({ checkpoint_id: run.checkpoint_id, run_status: run.status, run_error: run.error, ...i })), false));
   $("messages").replaceChildren(...(run.messages || []).map((m) => {
     const calls = (m.tool_calls || []).map((c) => `\n→ ${c.name}(${JSON.stringify(c.arguments)})`).join("");
     return el("li", `message ${m.role}`, `[${m.role}${m.name ? " " + m.name : ""}] ${m.content}${calls}`);
   }));
-  $("history").replaceChildren(...run.history.map((h) => {
-    const tr = el("tr");
-    tr.append(el("td", null, h.version), el("td", `status ${h.status}`, h.status), el("td", null, h.step),
-      el("td", null, when(h.updated_at)), el("td", null, h.error || ""));
-    return tr;
-  }));
+  $("history").replaceChildren(...historyRows(run.history));
+  setOlder(run.history_next);
+}
+
+async function loadOlder() {
+  const before = $("older").dataset.before;
+  const result = await api(`runs/${encodeURIComponent(runId)}/history?before=${encodeURIComponent(before)}`);
+  if (!result.ok) return;
+  $("history").append(...historyRows(result.body.history));
+  setOlder(result.body.next);
 }
 
 async function loadRun() {
@@ -201,35 +350,47 @@ async function loadRun() {
     $("facts").replaceChildren(el("dt", null, "status"), el("dd", null, "no such run (deleted?)"));
     return;
   }
+  if (!result.ok) {
+    $("facts").replaceChildren(el("dt", null, "status"), el("dd", null, problem(result.body)));
+    return;
+  }
   renderRun(result.body);
 }
 
 function onRunEvent(kind, data) {
   if (kind === "token") {
-    $("tokens").textContent += data.text;
+    $("tokens").append(visible(data.text));
     return;
   }
   if (kind === "snapshot" && data.history) renderRun(data);
-  if (kind === "message") $("tokens").textContent += "\n";
+  if (kind === "message") $("tokens").append("\n");
   const line = kind === "snapshot" ? `snapshot: ${data.status}` : `${kind} ${JSON.stringify(data)}`;
   $("events").append(el("li", `event ${kind}`, line));
-  if (["checkpoint", "interrupt", "end", "deleted", "decision"].includes(kind)) reloadSoon();
+  if (kind === "checkpoint") reloadThrottled();  // the version moved: no need to read it at every one
+  if (["interrupt", "end", "deleted", "decision"].includes(kind)) reloadSoon();
 }
 
 // --- start ------------------------------------------------------------------------------------------------
 
 function load() {
+  timer = null;
+  lastLoad = Date.now();
   return (page === "run" ? loadRun() : loadApprovals()).catch((e) => console.warn(e));
 }
 
 async function main() {
   let session;
   try { session = await api("ui/session"); } catch (e) { return; }
+  if (!localStorage.getItem(KEY)) {  // a session without its write key (storage cleared): log in again
+    showLogin();
+    return;
+  }
   scopes = session.body.scopes;
   $("login").hidden = true;
   $("main").hidden = false;
   $("logout").hidden = false;
   $("readonly").hidden = scopes.includes("resume");
+  if (page === "run") $("older").addEventListener("click", () => loadOlder().catch((e) => console.warn(e)));
   await load();
   if (page === "run") {
     follow(`runs/${encodeURIComponent(runId)}/events`, onRunEvent);

@@ -1,0 +1,96 @@
+"""`ServiceState`: what the endpoints and the page share — the served targets, the store, who may call
+(auth, the page's sessions, the token throttle), the event logs, the executions — and reading runs."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from waypoint.engine import CheckpointMeta, read_run
+
+from ._auth import Auth, Decide, Gate
+from ._events import Logs
+from ._execution import Executor
+from ._guard import MAX_BODY
+from ._paging import HISTORY_PAGE, history_page
+from ._sessions import SESSION_TTL, Sessions
+from ._targets import Target, prepare_targets
+from ._views import pending_view, run_view
+
+__all__ = ["ServiceState"]
+
+_PENDING_CACHE = 4096
+
+
+class ServiceState:
+    """Runs `runners_or_graphs` (a mapping name -> Runner / ChatModelAgent / Graph / CompiledGraph, a list,
+    or one) on `store` behind bearer-token `auth` (see `Auth`); `max_body` limits request bodies (bytes),
+    `session_ttl` the page's sessions (seconds)."""
+
+    def __init__(self, runners_or_graphs: Any, store: Any, *,
+                 auth: str | Mapping[str, Iterable[str]] | Decide | Auth | None = None,
+                 max_body: int = MAX_BODY, session_ttl: float = SESSION_TTL) -> None:
+        self.store = store
+        self.targets: dict[str, Target] = prepare_targets(runners_or_graphs, store)
+        self.by_fingerprint = {t.fingerprint: t for t in self.targets.values()}
+        self.auth = auth if isinstance(auth, Auth) else Auth(auth)
+        self.sessions = Sessions(ttl=session_ttl)
+        self.gate = Gate(self.auth, self.sessions)
+        self.max_body = max_body
+        self.logs = Logs()
+        self.executor = Executor(store, self.logs)
+        self._pending: OrderedDict[tuple[str, int, float, float], list[dict[str, Any]]] = OrderedDict()
+
+    async def aclose(self) -> None:
+        """Cancel the runs this process executes and end every event stream."""
+        self.logs.close()
+        await self.executor.aclose()
+
+    def target_of(self, meta: CheckpointMeta) -> Target | None:
+        """The served agent or graph that wrote this version (by its fingerprint)."""
+        return self.by_fingerprint.get(meta.fingerprint)
+
+    async def snapshot(self, checkpoint_id: str, version: int | None = None, head: CheckpointMeta | None = None,
+                       ) -> Any:
+        """The decoded version (newest by default), or None."""
+        if head is None:
+            found = await self.store.history(checkpoint_id, limit=1)
+            if not found:
+                return None
+            head = found[0]
+        target = self.target_of(head)
+        if target is not None:
+            return await target.app.get_run(checkpoint_id, version=version)
+        return await read_run(self.store, checkpoint_id, version=version)
+
+    async def pending(self, meta: CheckpointMeta) -> list[dict[str, Any]]:
+        """The interrupts a version waits on (cached: a version never changes)."""
+        key = (meta.checkpoint_id, meta.version, meta.created_at, meta.updated_at)  # a new run on the ID differs
+        found = self._pending.get(key)
+        if found is None:
+            snap = await self.snapshot(meta.checkpoint_id, meta.version, head=meta)
+            found = [] if snap is None else [pending_view(c, meta.version, meta.updated_at)
+                                             for c in snap.interrupts.contexts]
+            self._pending[key] = found
+            if len(self._pending) > _PENDING_CACHE:
+                self._pending.popitem(last=False)
+        return found
+
+    async def answerable(self, meta: CheckpointMeta) -> list[str]:
+        """The IDs of the interrupts a version waits on for an answer (static pauses need none)."""
+        if meta.status == "completed":
+            return []
+        return [p["id"] for p in await self.pending(meta) if p["kind"] != "pause"]
+
+    async def view(self, checkpoint_id: str, version: int | None = None, *,
+                   history_limit: int = HISTORY_PAGE) -> dict[str, Any] | None:
+        """The run as `GET /runs/{id}` shows it, or None. Reads a page of its history, never all of it."""
+        history, more = await history_page(self.store, checkpoint_id, before=None, limit=history_limit)
+        if not history:
+            return None
+        snap = await self.snapshot(checkpoint_id, version, head=history[0])
+        if snap is None:
+            return None
+        return run_view(snap, history, newest=history[0].version, history_next=more,
+                        active=checkpoint_id in self.executor.running)

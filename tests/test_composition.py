@@ -351,3 +351,27 @@ def test_each_composition_draws_its_graph_with_a_box_per_sub_agent():
     assert 'n2 -. "a" .-> n1' in loop and 'n2 -. "exit" .-> n3' in loop
     triage = ChatModelAgent(name="t", model=Asks("t"), handoffs=[ChatModelAgent(name="billing", model=Asks("b"))])
     assert 'n2 -. "billing" .-> n3' in triage.to_mermaid() and "n3[[billing]]" in triage.to_mermaid()
+
+
+async def test_nested_runs_recording_their_steps_at_once_write_one_version_at_a_time():
+    """Parallel branches record their steps concurrently; on a store whose writes take time (a network database),
+    each write must still compare-and-set on the version before it."""
+
+    class Slow(MemoryStore):
+        async def put(self, *args, **kwargs):
+            await asyncio.sleep(0.001)  # a write in flight, as over a network
+            return await super().put(*args, **kwargs)
+
+    class Thinks:
+        name = "thinks"
+
+        async def generate(self, messages, **_):
+            await asyncio.sleep(0)
+            return Message.assistant("ok")
+
+    agents = [ChatModelAgent(name=n, model=Thinks()) for n in "abc"]
+    store = Slow()
+    out = await ParallelAgent("p", agents).compile(store=store).ainvoke("go", checkpoint_id="w")
+    assert out.content == "[a] ok\n\n[b] ok\n\n[c] ok"
+    versions = [m.version for m in await store.history("w", limit=100)]
+    assert sorted(versions) == list(range(1, len(versions) + 1))

@@ -183,3 +183,25 @@ def test_a_parallel_branch_that_paused_resumes_alone(tmp_path):
     assert code == 0, err
     assert models(journal) == {"a": 1, "b": 2, "c": 1}  # the finished branches kept their answers
     assert [r[0] for r in executed(journal)] == ["publish"]
+
+
+def test_a_crash_with_two_agent_tool_calls_in_flight_reruns_both_with_their_keys(tmp_path):
+    """Two researcher runs record their steps while both are in flight: the ledger page they share must not move,
+    or the takeover would lose what one of them started (and give its call a new key)."""
+    db, journal = tmp_path / "runs.db", tmp_path / "journal"
+    victim = start(db, "two", "three", "run", "go", journal=journal, tool="slow", sleep=60, unguarded=True, calls=2)
+    deadline = time.monotonic() + 30
+    while sorted(r[0] for r in executed(journal)) != ["lookup", "lookup", "slow", "slow"]:
+        assert time.monotonic() < deadline and victim.poll() is None, victim.communicate()
+        time.sleep(0.02)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    code, out, err = run(db, "two", "three", "continue", journal=journal, tool="slow", unguarded=True, takeover=True,
+                         calls=2)
+    assert code == 0, err
+    rows = executed(journal)
+    assert [r[0] for r in rows].count("lookup") == 2  # neither lookup ran again
+    first, again = [r for r in rows[:4] if r[0] == "slow"], [r for r in rows[4:]]
+    assert sorted(r[0] for r in again) == ["slow", "slow"] and all(r[4] == "True" for r in again)
+    assert sorted(r[3] for r in again) == sorted(r[3] for r in first)  # each with its own key, as before
+    assert len({r[3] for r in first}) == 2

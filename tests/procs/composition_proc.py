@@ -26,7 +26,6 @@ import asyncio
 import json
 import os
 import sys
-import time
 
 from waypoint.engine import (
     AgentTool,
@@ -91,10 +90,10 @@ def tools(args):
         return f"found {query}"
 
     @tool
-    def slow(query: str, ctx: ToolContext) -> str:
+    async def slow(query: str, ctx: ToolContext) -> str:
         """Search, slowly (after its side effect)."""
         journaled("slow", query, ctx)
-        time.sleep(args.sleep)
+        await asyncio.sleep(args.sleep)
         return f"slowly found {query}"
 
     @tool

@@ -82,10 +82,43 @@ def make_waypoint(case: str, api: str) -> Target:
     return Target(call=call, divisor=ITERATIONS * 1000, check=_check, close=close)
 
 
-def make_langgraph(case: str, api: str) -> Target:
+def _langgraph_models() -> tuple[Any, Any]:
+    """The scripted researcher and supervisor models, as LangChain chat models."""
     from langchain_core.language_models.chat_models import BaseChatModel
     from langchain_core.messages import AIMessage
     from langchain_core.outputs import ChatGeneration, ChatResult
+
+    class Scripted(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "scripted"
+
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+            return ChatResult(generations=[ChatGeneration(message=self.answer(messages, AIMessage))])
+
+    class Researcher(Scripted):
+        def answer(self, messages: Any, AIMessage: Any) -> Any:
+            turn = sum(1 for m in messages if m.type == "ai")
+            if turn >= ITERATIONS - 1:
+                return AIMessage(content=f"done after {turn} turns")
+            return AIMessage(content="", tool_calls=[
+                {"id": f"call_{turn}_a", "name": "lookup", "args": {"key": f"k{turn}"}},
+                {"id": f"call_{turn}_b", "name": "compute", "args": {"x": turn}}])
+
+    class Supervisor(Scripted):
+        def answer(self, messages: Any, AIMessage: Any) -> Any:
+            if messages[-1].type == "tool":
+                return AIMessage(content=messages[-1].content)
+            return AIMessage(content="", tool_calls=[{"id": "call_r", "name": "researcher",
+                                                      "args": {"request": "look it up"}}])
+
+    return Researcher(), Supervisor()
+
+
+def make_langgraph(case: str, api: str) -> Target:
     from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import tool as lc_tool
     from langgraph.prebuilt import create_react_agent
@@ -100,45 +133,12 @@ def make_langgraph(case: str, api: str) -> Target:
         """Compute something."""
         return x * 2
 
-    class Researcher(BaseChatModel):
-        @property
-        def _llm_type(self) -> str:
-            return "scripted-researcher"
-
-        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-            return self
-
-        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
-            turn = sum(1 for m in messages if m.type == "ai")
-            if turn >= ITERATIONS - 1:
-                msg = AIMessage(content=f"done after {turn} turns")
-            else:
-                msg = AIMessage(content="", tool_calls=[
-                    {"id": f"call_{turn}_a", "name": "lookup", "args": {"key": f"k{turn}"}},
-                    {"id": f"call_{turn}_b", "name": "compute", "args": {"x": turn}}])
-            return ChatResult(generations=[ChatGeneration(message=msg)])
-
-    class Supervisor(BaseChatModel):
-        @property
-        def _llm_type(self) -> str:
-            return "scripted-supervisor"
-
-        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-            return self
-
-        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
-            if messages[-1].type == "tool":
-                msg = AIMessage(content=messages[-1].content)
-            else:
-                msg = AIMessage(content="", tool_calls=[{"id": "call_r", "name": "researcher",
-                                                         "args": {"request": "look it up"}}])
-            return ChatResult(generations=[ChatGeneration(message=msg)])
-
+    researcher_model, supervisor_model = _langgraph_models()
     globals()["RunnableConfig"] = RunnableConfig  # the tool's annotations are strings, read in this module
     saver, close = langgraph_saver(case, api)
     with warnings.catch_warnings():  # "moved to langchain.agents": the prebuilt agent is still langgraph's
         warnings.simplefilter("ignore")
-        inner = create_react_agent(Researcher(), [lookup, compute], name="researcher")
+        inner = create_react_agent(researcher_model, [lookup, compute], name="researcher")
 
         @lc_tool
         def researcher(request: str, config: RunnableConfig) -> str:
@@ -146,7 +146,7 @@ def make_langgraph(case: str, api: str) -> Target:
             out = inner.invoke({"messages": [("user", request)]}, config)  # a subgraph of the supervisor's run
             return out["messages"][-1].content
 
-        app = create_react_agent(Supervisor(), [researcher], checkpointer=saver, name="supervisor")
+        app = create_react_agent(supervisor_model, [researcher], checkpointer=saver, name="supervisor")
     notes: dict[str, Any] = {}
 
     def call(i: int) -> str:

@@ -375,3 +375,28 @@ async def test_nested_runs_recording_their_steps_at_once_write_one_version_at_a_
     assert out.content == "[a] ok\n\n[b] ok\n\n[c] ok"
     versions = [m.version for m in await store.history("w", limit=100)]
     assert sorted(versions) == list(range(1, len(versions) + 1))
+
+
+async def test_a_failed_resume_inside_an_agent_tool_asks_again_under_a_new_id():
+    ran = []
+
+    @tool
+    def search(query: str) -> str:
+        """Search."""
+        ran.append(query)
+        return "found"
+
+    researcher = ChatModelAgent(name="researcher", model=Asks("researcher", [[["search", {"query": "q"}]]]),
+                                tools=[search], middlewares=[ApprovalMiddleware(tools={"search"})])
+    boss = ChatModelAgent(name="boss", model=Asks("boss", [[["researcher", {"request": "q"}]]]),
+                          tools=[AgentTool(researcher)])
+    runner = Runner(boss, store=MemoryStore())
+    (first,) = paused(await events_of(runner.run("go", checkpoint_id="f")))
+    failed = await events_of(runner.resume_with_params("f", {first.id: "yes"}))  # not an approval: the run fails
+    assert failed[-1].error is not None and ran == []
+    with pytest.raises(UnknownInterrupt):  # the same answer again (a client retry) answers nothing
+        await events_of(runner.resume_with_params("f", {first.id: ApprovalResult(approved=True)}))
+    (again,) = (await runner.app.get_run("f")).interrupts.contexts
+    assert again.id != first.id and again.address == first.address
+    last = await events_of(runner.resume_with_params("f", {again.id: ApprovalResult(approved=True)}))
+    assert last[-1].action.exit and ran == ["q"]

@@ -1,7 +1,7 @@
 """Run every benchmark side by side and print one markdown table (``make bench``).
 
     python -m bench.run_all                 # all workloads, 5 process runs per cell
-    python -m bench.run_all --runs 7 --only b1,b4      # any of b1,b2,b3,b4,b5,b6,b7,b8,b9
+    python -m bench.run_all --runs 7 --only b1,b4      # any of b1,b2,b3,b4,b5,b6,b7,b8,b9,b12
 
 Also writes the table, with the date/machine/version lines, to bench/results/latest.md.
 """
@@ -60,6 +60,15 @@ ROWS: dict[str, list[Row]] = {
             "bench.b7_react", "ms_per_iteration", "ms", "sqlite", "sqlite", "≤ 0.2"),
         Row("B7 ReAct agent, 20 it.", "ms per iteration, both synchronous=NORMAL", "bench.b7_react",
             "ms_per_iteration", "ms", "sqlite", "sqlite-normal"),
+    ],
+    "b12": [
+        Row("B12 supervisor → agent tool → 2 tools, 10 it.",
+            "ms per inner iteration, SQLite as shipped (WP step · LG SqliteSaver sync)", "bench.b12_composition",
+            "ms_per_iteration", "ms", "sqlite", "sqlite", "≤ 0.2"),
+        Row("B12 supervisor → agent tool → 2 tools, 10 it.", "ms per inner iteration, both synchronous=NORMAL",
+            "bench.b12_composition", "ms_per_iteration", "ms", "sqlite", "sqlite-normal"),
+        Row("B12 supervisor → agent tool → 2 tools, 10 it.", "ms per inner iteration, both synchronous=FULL",
+            "bench.b12_composition", "ms_per_iteration", "ms", "sqlite-full", "sqlite"),
     ],
     "b3": [
         Row("B3 cold resume (new process)", "resume excl. all imports, SQLite as shipped (WP NORMAL · LG FULL)",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from waypoint.engine.resume import unescape_part
 from waypoint.middleware import ApprovalInfo, ApprovalResult
 
 from .chat_session import FAILED, QUIT, ChatSession
@@ -39,6 +40,9 @@ async def approval_prompt(session: ChatSession, info: Any) -> str:
         return FAILED
     approval: ApprovalInfo = pending.info
     console.line("\n⚠️  Approval Required ⚠️", "yellow", "bold")
+    agents = _agents(pending.address)
+    if len(agents) > 1:  # asked inside an agent the chapter's agent called (chapter 10)
+        console.line(f"Agent: {' › '.join(agents)}")
     console.line(f"Tool: {approval.tool_name}")
     console.line(f"Arguments: {approval.arguments_json}")
     answer = read_line(console, "\nApprove this action? (y/n): ")
@@ -52,3 +56,8 @@ async def approval_prompt(session: ChatSession, info: Any) -> str:
         console.line("✗ Rejected", "red")
         result = ApprovalResult(approved=False, reason=REJECTED)
     return await session.play(session.runner.resume_with_params(session.session_id, {pending.id: result}))
+
+
+def _agents(address: str) -> list[str]:
+    """The graphs an interrupt's address passes through: `runnable:ch10;...;runnable:researcher;...` → both."""
+    return [unescape_part(part[len("runnable:"):]) for part in address.split(";") if part.startswith("runnable:")]

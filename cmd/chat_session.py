@@ -1,4 +1,4 @@
-"""The console session of chapters 6–9: banners, the `you> ` loop on a stored session, what each turn came
+"""The console session of chapters 6–10: banners, the `you> ` loop on a stored session, what each turn came
 to, and picking up a session that did not end cleanly.
 
 A session ID is the checkpoint ID of the agent's run in the SQLite file: a completed run continues the

@@ -155,7 +155,7 @@ async def print_events(events: Any, console: Console, *, tools: bool = True) -> 
                 summary.error = event.error
                 console.note(f"[error] {type(event.error).__name__}: {event.error}", "red")
             elif event.output is not None:
-                await _print_output(event.output, console, summary, tools)
+                await _print_output(event.output, console, summary, tools, _inside(event))
             elif event.action is not None:
                 _print_action(event.action, console, summary)
     except WaypointError as err:  # raised by the iterator: the run (or resume) did not start
@@ -164,30 +164,36 @@ async def print_events(events: Any, console: Console, *, tools: bool = True) -> 
     return summary
 
 
-async def _print_output(output: Any, console: Console, summary: EventSummary, tools: bool) -> None:
+def _inside(event: Any) -> str:
+    """` · researcher` for what an agent inside the one the chapter runs said or did (chapter 10); else ''."""
+    path = tuple(getattr(event, "run_path", ()) or ())
+    return " · " + " › ".join(path[1:]) if len(path) > 1 else ""
+
+
+async def _print_output(output: Any, console: Console, summary: EventSummary, tools: bool, inside: str = "") -> None:
     if output.role == "assistant":
         if output.stream is not None:
             started = False
             async for chunk in output.stream:
                 if chunk.content:
                     if not started:
-                        console.write("[assistant] ", "cyan")
+                        console.write(f"[assistant{inside}] ", "cyan")
                         started = True
                     console.write(chunk.content)
             if started:
                 console.line()
         message = await output.get_message()
         if output.stream is None and message.content:
-            console.line(console.style("[assistant] ", "cyan") + message.content)
-        if message.content:
+            console.line(console.style(f"[assistant{inside}] ", "cyan") + message.content)
+        if message.content and not inside:
             summary.answer = message.content
         if tools:
             for call in message.tool_calls:
-                console.line(f"[tool call] {call.name}({call.arguments})", "yellow")
+                console.line(f"[tool call{inside}] {call.name}({call.arguments})", "yellow")
     elif output.role == "tool":
         message = await output.get_message()
         if tools:
-            console.line(f"[tool result] {compact(message.content)}", "dim")
+            console.line(f"[tool result{inside}] {compact(message.content)}", "dim")
 
 
 def _print_action(action: Any, console: Console, summary: EventSummary) -> None:

@@ -1,7 +1,7 @@
 """`waypoint`: the command line entry point.
 
     waypoint demo                       the tour: an agent's approval, resumed by a new process
-    waypoint chapter N [options]        quickstart chapter N (1-9); also python -m waypoint.cmd.chNN
+    waypoint chapter N [options]        quickstart chapter N (1-10); also python -m waypoint.cmd.chNN
     waypoint runs list|show|history|resume|delete [options]   stored runs
     waypoint worker --db URL --graphs module:attr[,...]     run queued work (docs/scale-out.md)
     waypoint serve --db URL --agents module:attr[,...]      the HTTP service and approval page (docs/service.md)
@@ -14,7 +14,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-CHAPTERS = range(1, 10)
+CHAPTERS = range(1, 11)
 COMMANDS = ("demo", "chapter", "runs", "worker", "serve")
 
 
@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="an agent's run paused for approval, resumed by a new process")
     demo.add_argument("--db", default=None, help="SQLite file (default: .waypoint/demo.db)")
     demo.add_argument("--triage", action="store_true", help="the plain-graph tour (no agent)")
-    chapter = sub.add_parser("chapter", help="run a quickstart chapter (1-9)", add_help=False)
+    chapter = sub.add_parser("chapter", help="run a quickstart chapter (1-10)", add_help=False)
     chapter.add_argument("number", type=int, choices=CHAPTERS, metavar="N")
     for name, text in (("runs", "list, show, resume or delete stored runs"),
                        ("worker", "run queued work from a shared database"),

@@ -1,4 +1,4 @@
-"""The agent chapters 6–9 build on (chapter 4's): filesystem tools and `execute`, confined to PROJECT_ROOT,
+"""The agent chapters 6–10 build on (chapter 4's): filesystem tools and `execute`, confined to PROJECT_ROOT,
 plus whatever tools and middlewares a chapter adds."""
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ def position_to_plain(pos: RunPosition) -> dict[str, Any]:
         **({"static_ids": pos.static_ids} if pos.static_ids else {}),
         **({"lineage": pos.lineage} if pos.lineage else {}),
         **({"answers": pos.answers} if pos.answers is not None else {}),
+        **({"nested": pos.nested} if pos.nested else {}),
     }
 
 
@@ -55,6 +56,8 @@ def position_from_plain(d: dict[str, Any]) -> RunPosition:
     _shape(all(type(v) is list and all(type(s) is str for s in v) for v in d["skipped"].values()), "skipped")
     _shape(all(type(v) is list and all(type(n) is str for n in v) for v in (d["before"], d["after"])), "pauses")
     static_ids, lineage, answers = d.get("static_ids", {}), d.get("lineage", ""), d.get("answers")
+    nested = d.get("nested", {})
+    _shape(_str_map(nested) and all(type(v) is bytes for v in nested.values()), "nested runs")
     _shape(_str_map(static_ids) and all(type(v) is str for v in static_ids.values()), "static pause IDs")
     _shape(type(lineage) is str and (answers is None or _str_map(answers)), "lineage or answers")
     if answers is not None:
@@ -63,7 +66,8 @@ def position_from_plain(d: dict[str, Any]) -> RunPosition:
         step=d["step"], pending=d["pending"], inbox=d["inbox"], skipped=d["skipped"],
         interrupts={k: _record_from_plain(v) for k, v in d["interrupts"].items()},
         paused_before=d["before"], paused_after=d["after"], released=d.get("released", []),
-        static_ids=static_ids, ledger=d.get("ledger", 0), lineage=lineage, answers=answers, done=d["done"],
+        static_ids=static_ids, ledger=d.get("ledger", 0), lineage=lineage, answers=answers, nested=nested,
+        done=d["done"],
         output=d["output"], state=d.get("state"),
     )
 

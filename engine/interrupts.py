@@ -36,6 +36,8 @@ class Interrupt(BaseException):
         self.state: Any = None
         self.has_state = False
         self.subs: tuple[Interrupt, ...] = ()
+        self.child: Any = None
+        """The position of a run nested here that paused (engine/nested.py sets it); its pauses are the root causes."""
         scope = current_task()
         # Where it was raised (a tool call inside a node has a deeper address than the node).
         self.address: str | None = scope.address if scope is not None else None

@@ -204,6 +204,7 @@ class _Session:
         self.snapshot: bytes | None = None  # durability != "step": the last finished step, encoded
         self.claiming = False  # prepare() decided the run is claimed (written `running`) before it runs
         self.resumed_from: Loaded | None = None  # the stored version a resume continues from
+        self.writing = asyncio.Lock()  # nested runs record their steps while the loop may write its own
 
     # --- start or resume ---------------------------------------------------------------------------
 
@@ -398,6 +399,7 @@ class _Session:
         else:
             cp, pos = self.cp, run.pos
             run.ledger = lambda: (cp.store, cp.serializer, cp.checkpoint_id, pos.ledger)
+            run.progress = _Progress(self, run)
         if self.last_status == "running":
             self.lease = LeaseKeeper(self.cp.store, self.target, self.cp.owner, self.cp.lease_seconds,
                                      lambda: self.cp.version)
@@ -444,7 +446,8 @@ class _Session:
         pos = run.pos
         if pos.answers is not None and (status != "running" or not pos.interrupts):
             pos.answers = None  # every paused task they were for has run (or paused anew)
-        await self._wrote(await self.cp.save(pos, status))
+        async with self.writing:
+            await self._wrote(await self.cp.save(pos, status))
 
     async def _save_stopped(self, status: str, error: str, *, shield: bool = False) -> None:
         """Store a failed or cancelled run at its last finished step (never with that step's changes)."""
@@ -452,6 +455,7 @@ class _Session:
             save = self.cp.mark(status, error=error)
         else:
             save = self.cp.save(self.cp.from_snapshot(self.snapshot), status, error=error)
+        save = _after(self.writing, save)  # a nested run's write in flight lands first
         await self._wrote(await (_finish_despite_cancel(save) if shield else save))
 
     async def _wrote(self, meta: Any) -> None:
@@ -462,6 +466,36 @@ class _Session:
             self.lease.wrote(meta.lease_expires)
         if self.emitter.active:
             await self.emitter.emit(Event("checkpoint", (), meta.version, meta.step))
+
+
+class _Progress:
+    """Nested runs' steps, recorded in the root run's checkpoint (`RunPosition.nested`, durability="step").
+
+    A nested run (a subgraph node's, or one started by code in a task: engine/nested.py) reports each of its
+    finished steps; the root's position then holds it, encoded as it was at that step, and a new version is
+    written — with the root's ledger page unchanged, since the root's step is still the same. A task run
+    again after a crash continues its nested run from there: nothing it finished runs again.
+    """
+
+    def __init__(self, session: _Session, root: Run) -> None:
+        self.session = session
+        self.root = root
+
+    async def save(self, address: str, pos: Any) -> None:
+        self.root.pos.nested[address] = self.session.cp.snapshot(pos)
+        await self.session._save(self.root, "running")
+
+    def drop(self, address: str) -> None:
+        self.root.pos.nested.pop(address, None)
+
+    def recall(self, address: str) -> Any:
+        data = self.root.pos.nested.get(address)
+        return None if data is None else self.session.cp.from_snapshot(data)
+
+
+async def _after(lock: asyncio.Lock, save: Any) -> Any:
+    async with lock:
+        return await save
 
 
 def _clock(t: float) -> str:

@@ -22,6 +22,10 @@ after a step and reading it back in another process is all a resume needs:
   stored with the claim so that a crash after it continues with the same answers (cleared at the next
   pause and at the end).
 - `static_ids`: the interrupt ID of each static pause (`"before:<node>"` / `"after:<node>"`).
+- `nested`: the root run only — the progress of runs nested in tasks that are still running (a subgraph
+  node, an agent used as a tool: `engine/nested.py`), by the nested run's address, each encoded at its
+  last finished step. A task run again after a crash continues its nested run from there; an entry
+  leaves when its run ends or pauses (a paused nested run lives in its task's `InterruptRecord.child`).
 - `output` and `done` once the run has reached END.
 """
 
@@ -37,6 +41,8 @@ __all__ = ["RunPosition", "InterruptRecord"]
 class InterruptRecord:
     """A paused task: its interrupt's address and ID, what it said, its saved state, and a nested child run.
 
+    `child` is the position of a run nested at this point — a subgraph node's, or a graph run inside the
+    task (an agent used as a tool, engine/nested.py) — which paused: its own records are the root causes.
     `above` holds the pause points above this one that an answer already passed in the same pass (an
     approval, say, whose call then paused inside): each with the `answer` it consumed, handed back when
     the pass runs again so nobody is asked twice and nothing below reuses that answer.
@@ -73,5 +79,6 @@ class RunPosition:
     ledger: int = 0
     lineage: str = ""
     answers: dict[str, Any] | None = None
+    nested: dict[str, bytes] = field(default_factory=dict)
     done: bool = False
     output: Any = None

@@ -123,13 +123,19 @@ def awaits_answer(pos: RunPosition) -> bool:
 def has_static_pause(pos: RunPosition) -> bool:
     """True when this run or a nested one stopped at an interrupt_before / interrupt_after."""
     return bool(pos.paused_before or pos.paused_after) or any(
-        r.child is not None and has_static_pause(r.child) for r in pos.interrupts.values())
+        r.child is not None and has_static_pause(r.child) for r in _with_subs(pos.interrupts.values()))
+
+
+def _with_subs(records: Any) -> Iterator[InterruptRecord]:
+    """Each record and, below it, its sub-interrupts (a tools node's calls, one of them a nested run)."""
+    for record in records:
+        yield record
+        yield from _with_subs(record.subs)
 
 
 def _walk(records: dict[str, InterruptRecord]) -> Iterator[InterruptRecord]:
+    """Each paused point of a run's tasks (a nested run's record, not the records inside it)."""
     for record in records.values():
-        if record.child is not None:
-            continue
         yield from record.above
         yield record
         for sub in record.subs:
@@ -260,6 +266,8 @@ def get_resume_context(T: Any = None) -> tuple[bool, bool, Any]:
     if request is None:
         return False, False, None
     record = _own(scope)
+    if record is not None and record.child is not None:  # a nested run paused here: a target if a pause in it is
+        return request.targets(record), False, None
     if record is not None and record.answered:  # answered in an earlier pass of this call: still its answer
         if not _targets_below(scope, request):
             return False, False, None
@@ -298,7 +306,8 @@ def answered_earlier() -> bool:
 
 def _targets_below(scope: Any, request: ResumeRequest) -> bool:
     below = scope.address + ";"
-    return any(a.startswith(below) and not r.answered and (request.everything or r.id in request.ids)
+    return any(a.startswith(below) and not r.answered and (request.targets(r) if r.child is not None
+                                                             else request.everything or r.id in request.ids)
                for a, r in (scope.resumed or {}).items())
 
 
@@ -326,6 +335,7 @@ def _rebuilt(record: InterruptRecord) -> Interrupt:
     signal = (CompositeInterrupt(record.info, record.state, [_rebuilt(s) for s in record.subs]) if record.subs
               else StatefulInterrupt(record.info, record.state) if record.has_state else Interrupt(record.info))
     signal.address, signal.id, signal.above = record.address, record.id, list(record.above)
+    signal.child = record.child
     return signal
 
 
@@ -357,6 +367,9 @@ def interrupt_info(pos: RunPosition, address: str, answered: frozenset[str] = fr
             ctx = InterruptCtx(id=record.id, address=record.address, info=record.info,
                                is_root_cause=not record.subs, parent=None)
             for sub in record.subs:
+                if sub.child is not None:  # a run nested in one call (an agent used as a tool): its own pauses
+                    walk(sub.child, sub.address, (*prefix, key))
+                    continue
                 add(InterruptCtx(id=sub.id, address=sub.address, info=sub.info, is_root_cause=True, parent=ctx))
             if not record.subs:
                 add(ctx)
@@ -388,12 +401,11 @@ def retire_failed_answers(pos: RunPosition, status: str, address: str) -> None:
     answered = answered_ids(pos, ResumeRequest.from_plain(pos.answers), address)
 
     def walk(p: RunPosition) -> None:
-        for record in p.interrupts.values():
-            if record.child is not None:
-                walk(record.child)
-            for r in (record, *record.subs):
-                if r.id in answered:
-                    r.id = hashlib.blake2b(f"{r.id}/asked again".encode(), digest_size=8).hexdigest()
+        for r in _with_subs(p.interrupts.values()):
+            if r.child is not None:
+                walk(r.child)
+            if r.id in answered:
+                r.id = hashlib.blake2b(f"{r.id}/asked again".encode(), digest_size=8).hexdigest()
 
     walk(pos)
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from typing import Any
+from dataclasses import replace
+from typing import Any, Protocol
 
 from .base import END, START
 from .errors import GraphRunError, MaxStepsExceeded, NodeError, WaypointError
@@ -30,7 +31,7 @@ from .scope import _TASK, TaskScope, current_task
 from .shape import CNode, GraphShape
 from .streams import Chunks, to_chunks, to_value
 
-__all__ = ["Run", "RunInterrupted", "current_task"]
+__all__ = ["Run", "RunInterrupted", "NestedProgress", "current_task"]
 
 
 class RunInterrupted(BaseException):
@@ -90,6 +91,7 @@ class Run:
         self.token = os.urandom(8).hex()  # tells unstored runs apart (idempotency keys)
         self.place = self.address  # a subgraph's: its parent task's place (TaskScope.place)
         self.offload_sync = True  # sync node code runs on a thread (False under invoke(): the loop is the run's own)
+        self.progress: NestedProgress | None = None  # the root's record of nested runs' steps (durability="step")
         self._pause_saved = False
 
     # --- phase 1: start or restore ---------------------------------------------------------------
@@ -523,22 +525,45 @@ class Run:
                 attempt += 1
 
     async def _subgraph(self, node: CNode, value: Any, path: tuple[str, ...]) -> Any:
-        child = Run(
-            node.subgraph, path=path, address=f"{self.address};node:{node.key}", emitter=self.emitter,
-            streaming=self.streaming, parent_state=self.pos.state,
-        )
+        saved = self.pos.interrupts.get(node.key)
+        scope = current_task()
+        return await self.nested(node.subgraph, value, path=path, address=f"{self.address};node:{node.key}",
+                                 place=scope.place if scope is not None else None,
+                                 paused=saved.child if saved is not None else None, resume=self.resume,
+                                 parent_state=self.pos.state)
+
+    async def nested(self, graph: GraphShape, input: Any, *, path: tuple[str, ...], address: str,
+                     place: str | None, paused: RunPosition | None, resume: Any, parent_state: Any) -> Any:
+        """Run `graph` nested in one of this run's tasks (a subgraph node, or code in the task: engine/nested.py).
+
+        Its position is part of the root's checkpoint: while it runs, each of its finished steps is recorded
+        (`NestedProgress`) and a task run again after a crash continues it from there; once it pauses, its
+        position is the task's `InterruptRecord.child`. It starts from `paused` when the task runs again
+        after that pause, else from `input`. Raises `RunInterrupted` when it pauses.
+        """
+        child = Run(graph, path=path, address=address, emitter=self.emitter, streaming=self.streaming,
+                    parent_state=parent_state)
         child.ledger, child.checkpoint_id = self.ledger, self.checkpoint_id
         child.step_key, child.token, child.version = self.step_key, self.token, self.version
-        child.before_step, child.offload_sync = self.before_step, self.offload_sync
-        scope = current_task()
-        if scope is not None:
-            child.place = scope.place
-        saved = self.pos.interrupts.get(node.key)
-        if saved is not None and saved.child is not None:
-            child.restore(saved.child, self.resume)
+        child.before_step, child.progress = self.before_step, self.progress
+        child.offload_sync = self.offload_sync
+        if place is not None:
+            child.place = place
+        progress = self.progress
+        resumed = progress.recall(address) if progress is not None else None
+        if resumed is not None:  # it ran past its pause (or was never paused) before this process died
+            child.restore(resumed, resume)
+        elif paused is not None:
+            child.restore(paused, resume)
         else:
-            child.start(value)
-        return await child.execute()
+            child.start(input)
+        if progress is not None:
+            child.checkpoint = _report_progress
+        try:
+            return await child.execute()
+        finally:
+            if progress is not None:  # finished, paused or failed: nothing of it to continue from
+                progress.drop(address)
 
     # --- routing ------------------------------------------------------------------------------------
 
@@ -572,10 +597,28 @@ class Run:
         return _record(signal, signal.address or address)
 
 
+async def _report_progress(run: Run, reason: str) -> None:
+    """A nested run's checkpoint callback: each finished step is recorded in the root's checkpoint."""
+    if reason == "step" and run.progress is not None:
+        pos = run.pos if run.graph.state_factory is not None else replace(run.pos, state=None)  # shared: the root's
+        await run.progress.save(run.address, pos)
+
+
+class NestedProgress(Protocol):
+    """What the root run's lifecycle offers nested runs (engine/lifecycle.py): record a finished step of the
+    run at `address` (writes the root's checkpoint), forget it, or read back what was recorded."""
+
+    async def save(self, address: str, pos: RunPosition) -> None: ...
+
+    def drop(self, address: str) -> None: ...
+
+    def recall(self, address: str) -> RunPosition | None: ...
+
+
 def _record(signal: Interrupt, address: str) -> InterruptRecord:
     subs = [
         _record(sub, sub.address if sub.address and sub.address != address else f"{address};sub:{i}")
         for i, sub in enumerate(signal.subs)
     ]
     return InterruptRecord(address=address, id=signal.id, info=signal.info, state=signal.state,
-                           has_state=signal.has_state, subs=subs, above=list(signal.above))
+                           has_state=signal.has_state, subs=subs, above=list(signal.above), child=signal.child)

@@ -3,6 +3,8 @@
 - `emit_chunk(data)`: publish a chunk the moment it exists. Callbacks and `aevents()` receive it as a
   `chunk` event of this node at once, whatever the node's output is (how an agent's model streams its
   tokens to the caller while the engine stores only the whole message).
+- `enclosing_state()`: the run-local state of the graph that runs the calling task's graph as a subgraph
+  node (how the agents of a workflow share its session values).
 - `task_ledger()`: results the task records the moment each exists (`durability="step"` with a store),
   so that the task, run again after a crash or a pause, finds them and does not redo that work (how a
   tools node keeps a finished tool call from running twice). None when the run records nothing.
@@ -20,7 +22,7 @@ from .events import Event
 from .scope import current_task
 
 __all__ = ["emit_chunk", "task_ledger", "TaskLedger", "current_checkpoint_id", "current_version", "idempotency_key",
-           "ledger_epoch", "check_lease", "Attempts", "collecting_attempts", "start_over"]
+           "ledger_epoch", "check_lease", "Attempts", "collecting_attempts", "start_over", "enclosing_state"]
 
 
 async def emit_chunk(data: Any) -> None:
@@ -188,3 +190,12 @@ def task_ledger() -> TaskLedger | None:
         return None
     store, serializer, checkpoint_id, epoch = source()
     return TaskLedger(store, serializer, checkpoint_id, epoch, scope.place or f"{scope.run.address};node:{scope.node}")
+
+
+def enclosing_state() -> Any:
+    """The run-local state of the graph in which the calling task's graph runs as a subgraph node (None for a
+    root run, and for a graph run by `run_nested`, which shares nothing with the task that runs it)."""
+    scope = current_task()
+    if scope is None:
+        raise RuntimeError("enclosing_state() must be called inside a running node")
+    return scope.run.parent_state

@@ -1,8 +1,13 @@
-"""Agents compiled to graphs: `ChatModelAgent`, `Runner`, `AgentEvent`, and the middleware hook protocol."""
+"""Agents compiled to graphs: `ChatModelAgent`, `Runner`, `AgentEvent`, the middleware hook protocol, and
+composition: `AgentTool`, `SequentialAgent`, `ParallelAgent`, `LoopAgent`, handoffs."""
 
+from .agent_tool import AgentTool
 from .chat_agent import AgentState, ChatModelAgent
 from .middleware import AgentContext, AgentMiddleware, RetryNotice
 from .runner import AgentAction, AgentEvent, AgentOutput, Runner, ToolRerun
+from .session import Session
+from .workflow import LoopAgent, ParallelAgent, SequentialAgent
 
 __all__ = ["ChatModelAgent", "AgentState", "Runner", "AgentEvent", "AgentOutput", "AgentAction", "ToolRerun",
-           "AgentMiddleware", "AgentContext", "RetryNotice"]
+           "AgentMiddleware", "AgentContext", "RetryNotice", "AgentTool", "SequentialAgent", "ParallelAgent",
+           "LoopAgent", "Session"]

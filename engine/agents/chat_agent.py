@@ -1,7 +1,8 @@
 """`ChatModelAgent`: a ReAct loop compiled to a `Graph` (docs/agents.md draws it box by box).
 
     START → prompt → model ─(tool calls)→ tools ─→ model …
-                       └─(an answer)→ END      └─(return_directly / StopAgentRun)→ END
+                       └─(an answer)→ END      ├─(return_directly / StopAgentRun)→ END
+                                               └─(transfer_to_agent)→ <handoff agent> → END
 
 Its run-local state is an `AgentState` (the conversation and the number of model calls), stored by
 the engine like any state: the conversation is an append-only list, so a step writes its new messages
@@ -22,10 +23,13 @@ from ..graph import Graph
 from ..models.base import ChatModel, ToolChoice
 from ..models.schema import Message, ToolCall, as_messages, concat_messages
 from ..serde import register_type
-from ..task import collecting_attempts, current_checkpoint_id, emit_chunk
+from ..task import collecting_attempts, current_checkpoint_id, emit_chunk, enclosing_state
 from ..tools.node import ToolsNode
 from ..tools.verbs import Decision
+from .agent_tool import calling_tools
+from .handoff import check_handoffs, handoff_input, transfer_tool, transferred_to
 from .middleware import AgentContext, StoredMessage
+from .session import Session, answer_of, format_instruction
 
 __all__ = ["ChatModelAgent", "AgentState"]
 
@@ -41,6 +45,8 @@ class AgentState:
     """What resumes decided about paused tool calls (approved, rejected, responded, restarted)."""
     stop: bool = False
     """Set by the tools box when the run must end after it (return_directly, StopAgentRun)."""
+    transfer: str | None = None
+    """Set by the tools box when the model handed the conversation to this agent's handoff of that name."""
 
 
 class ChatModelAgent:
@@ -50,21 +56,30 @@ class ChatModelAgent:
     response); `tool_choice` is passed to every model call; calls to a tool in `return_directly` end the
     run with that tool's result; `return_tool_requests=True` ends the run at the first tool request and
     hands it to the caller instead of running it. `middlewares` hook in (first = outermost).
+
+    In a workflow agent (engine/agents/workflow.py) `{key}` in `instruction` reads the session value `key`,
+    and `output_key` names the session value its answer is stored under. `handoffs` are agents the model may
+    hand the conversation to (`transfer_to_agent`, engine/agents/handoff.py).
     """
 
     def __init__(self, *, name: str, model: ChatModel, instruction: str = "", tools: Sequence[Any] = (),
                  middlewares: Sequence[Any] = (), max_iterations: int = 20, tool_choice: ToolChoice = "auto",
                  return_directly: Sequence[str] = (), return_tool_requests: bool = False,
-                 sequential_tools: bool = False, unknown_tool_handler: Any = None, description: str = "") -> None:
+                 sequential_tools: bool = False, unknown_tool_handler: Any = None, description: str = "",
+                 output_key: str | None = None, handoffs: Sequence[Any] = ()) -> None:
         if max_iterations < 1:
             raise GraphBuildError(f"agent '{name}': max_iterations must be at least 1, got {max_iterations}")
+        check_handoffs(name, handoffs)
         self.name = name
         self.description = description
         self.model = model
         self.instruction = instruction
+        self.output_key = output_key
+        self.handoffs = tuple(handoffs)
         self.middlewares = tuple(middlewares)
-        self.tools_node = ToolsNode(tools, sequential=sequential_tools, unknown_tool_handler=unknown_tool_handler,
-                                    middlewares=self.middlewares)
+        extra = [transfer_tool(self.handoffs)] if self.handoffs else []
+        self.tools_node = ToolsNode([*tools, *extra], sequential=sequential_tools,
+                                    unknown_tool_handler=unknown_tool_handler, middlewares=self.middlewares)
         unknown = sorted(set(return_directly) - set(self.tools_node.tools))
         if unknown:
             raise GraphBuildError(f"agent '{name}': return_directly names tools it does not have: {unknown}")
@@ -80,9 +95,9 @@ class ChatModelAgent:
 
     def compile(self, *, streaming: bool = False, **options: Any) -> Any:
         """The agent's graph, compiled (`store=`, `durability=`, `lease_seconds=`, `serializer=` ...)."""
-        options.setdefault("max_steps", 2 * self.max_iterations + 4)
+        options.setdefault("max_steps", 2 * self.max_iterations + 4 + (1 if self.handoffs else 0))
         durability = options.get("durability")
-        if options.get("store") is not None and durability not in (None, "step") and self.tools_node.tools:
+        if options.get("store") is not None and durability not in (None, "step") and self.uses_tools():
             raise GraphBuildError(
                 f"agent '{self.name}': durability={durability!r} keeps no tool ledger, so a resume after a failed "
                 "or cancelled tools step would run its finished calls again; agents with tools take "
@@ -93,11 +108,26 @@ class ChatModelAgent:
         """The agent's graph as a Mermaid flowchart."""
         return self._build(False).to_mermaid()
 
+    def uses_tools(self) -> bool:
+        """Whether this agent, or one it hands to, calls tools (then it needs durability="step" with a store)."""
+        return bool(self.tools_node.tools) or any(a.uses_tools() for a in self.handoffs)
+
+    def sub_agents(self) -> dict[str, Any]:
+        """The agents that run as nodes of this agent's graph, by node key: its handoffs."""
+        return {a.name: a for a in self.handoffs}
+
+    def tool_agents(self) -> dict[str, Any]:
+        """The agents this agent calls as tools (`AgentTool`), by agent name."""
+        return {t.agent.name: t.agent for t in self.tools_node.tools.values() if hasattr(t, "agent")}
+
     # --- the graph ----------------------------------------------------------------------------------
 
     def _build(self, streaming: bool) -> Graph:
         async def model(_: Any, state: AgentState) -> Message:
             return await self._model(state, streaming)
+
+        async def tools(message: Message, state: AgentState) -> Message:
+            return await self._tools(message, state, streaming)
 
         g = Graph(name=self.name, state=AgentState)
         g.add_node("prompt", self._prompt)
@@ -105,9 +135,14 @@ class ChatModelAgent:
         g.add_edge(START, "prompt")
         g.add_edge("prompt", "model")
         if self.tools_node.tools and not self.return_tool_requests:
-            g.add_node("tools", self._tools)
+            g.add_node("tools", tools)
             g.add_branch("model", lambda m: "tools" if m.tool_calls else END, ends=["tools", END])
-            g.add_branch("tools", lambda m, state: END if state.stop else "model", ends=["model", END])
+            g.add_branch("tools", _after_tools, ends=["model", END, *(a.name for a in self.handoffs)])
+            with _building(self):
+                for agent in self.handoffs:
+                    g.add_node(agent.name, agent.compile(streaming=streaming), pre=_handoff_input,
+                               post=_handoff_answer(agent.name))
+                    g.add_edge(agent.name, END)
         else:
             g.add_edge("model", END)
         return g
@@ -119,7 +154,9 @@ class ChatModelAgent:
         """The conversation so far: the instruction first (once), then what the caller sent."""
         messages = as_messages(input)
         if self.instruction and not any(m.role == "system" for m in (*state.messages, *messages)):
-            state.messages.append(Message.system(self.instruction))
+            session = enclosing_state()
+            values = session.values if isinstance(session, Session) else {}
+            state.messages.append(Message.system(format_instruction(self.instruction, values)))
         state.messages.extend(messages)
         ctx = self._context(state)
         for mw in self.middlewares:
@@ -167,18 +204,61 @@ class ChatModelAgent:
                 await emit_chunk(chunk)  # live, while the model is still producing the rest
             return concat_messages([chunk for n, chunk in chunks if n == attempts.number])
 
-    async def _tools(self, message: Message, state: AgentState) -> Message:
+    async def _tools(self, message: Message, state: AgentState, streaming: bool) -> Message:
         """Run the calls; their results join the conversation. Returns the message the run would end with."""
-        batch = await self.tools_node.run(message)
+        with calling_tools(state.messages, streaming):  # what an agent used as a tool reads
+            batch = await self.tools_node.run(message)
         state.messages.extend(batch.messages)
         state.decisions.extend(batch.decisions)
         direct = [m for m in batch.messages if m.name in self.return_directly]
-        state.stop = bool(direct) or batch.stop is not None
+        state.transfer = transferred_to(batch.messages, [a.name for a in self.handoffs]) if self.handoffs else None
+        if batch.break_loop:
+            session = enclosing_state()
+            if isinstance(session, Session):  # the loop agent running this one ends after it
+                session.breaking = True
+        state.stop = bool(direct) or batch.stop is not None or state.transfer is not None
         if state.stop:
             ctx = self._context(state)
             for mw in self.middlewares:
                 await _call(getattr(mw, "after_agent", None), ctx)
         return direct[0] if direct else batch.messages[-1]
+
+
+def _after_tools(_: Message, state: AgentState) -> str:
+    if state.transfer is not None:
+        return state.transfer
+    return END if state.stop else "model"
+
+
+def _handoff_input(_: Any, state: AgentState) -> list[Message]:
+    return handoff_input(state.messages)
+
+
+def _handoff_answer(name: str) -> Any:
+    def post(output: Any, state: AgentState) -> Any:
+        state.messages.append(answer_of(name, output))  # the next turn's agent sees who answered, and what
+        return output
+
+    return post
+
+
+_BUILDING: list[int] = []
+
+
+class _building:
+    """Building an agent's handoffs: an agent that would hand (directly or not) back to itself is refused."""
+
+    def __init__(self, agent: ChatModelAgent) -> None:
+        self.agent = agent
+
+    def __enter__(self) -> None:
+        if id(self.agent) in _BUILDING:
+            raise GraphBuildError(f"agent '{self.agent.name}': its handoffs lead back to it; handoffs are one way "
+                                  "within a run (the next turn starts at the first agent again)")
+        _BUILDING.append(id(self.agent))
+
+    def __exit__(self, *exc: Any) -> None:
+        _BUILDING.remove(id(self.agent))
 
 
 def _with_call_ids(message: Message, iteration: int) -> Message:

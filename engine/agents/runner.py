@@ -25,8 +25,8 @@ from ..interrupts import InterruptInfo
 from ..models.schema import Message, as_messages, concat_messages
 from ..tools.node import ToolEvent
 from ..tools.verbs import Decision
-from .chat_agent import ChatModelAgent
 from .middleware import RetryNotice, StoredMessage
+from .paths import AgentPaths, Where
 
 __all__ = ["Runner", "AgentEvent", "AgentOutput", "AgentAction", "ToolRerun"]
 
@@ -101,33 +101,42 @@ class ToolRerun:
 @dataclass(kw_only=True)
 class AgentAction:
     """Something the run did: ended (`exit`), paused (`interrupted`, once durably saved), re-ran a call
-    after a crash (`rerun`), carried out a resume's decision about a paused call (`decision`), or is
-    retrying a model or tool call (`retry`: what a retry middleware announced)."""
+    after a crash (`rerun`), carried out a resume's decision about a paused call (`decision`), is
+    retrying a model or tool call (`retry`: what a retry middleware announced), or handed the conversation
+    to another agent (`transfer`)."""
 
     exit: bool = False
     interrupted: InterruptInfo | None = None
     rerun: ToolRerun | None = None
     decision: Decision | None = None
     retry: RetryNotice | None = None
+    transfer: str | None = None
+    """The agent this one handed the conversation to (`transfer_to_agent`): it answers from here on."""
 
 
 @dataclass(kw_only=True)
 class AgentEvent:
-    """One event of an agent run: an `output`, an `action`, or the `error` that ended the run."""
+    """One event of an agent run: an `output`, an `action`, or the `error` that ended the run.
+
+    `run_path` names the agents the event came through, outermost first: `("supervisor",)` for the agent the
+    runner runs, `("supervisor", "researcher")` for one it called as a tool (or a workflow's sub-agent, or a
+    handoff); `agent_name` is the last of them."""
 
     agent_name: str
+    run_path: tuple[str, ...] = ()
     output: AgentOutput | None = None
     action: AgentAction | None = None
     error: BaseException | None = None
 
 
 class Runner:
-    """Runs `agent` on `store` (None: nothing recorded, nothing resumable); `streaming=True` streams
+    """Runs `agent` (a `ChatModelAgent`, or a workflow agent) on `store` (None: nothing recorded, nothing
+    resumable); `streaming=True` streams
     the model's answers live; `callbacks` are graph callback handlers (`on_start` / `on_end` / ... per
     node: a trace of the agent's boxes). Compile options (`durability=`, `lease_seconds=`, `serializer=`)
     pass on."""
 
-    def __init__(self, agent: ChatModelAgent, *, store: Any = None, streaming: bool = False,
+    def __init__(self, agent: Any, *, store: Any = None, streaming: bool = False,
                  callbacks: Sequence[Any] = (), **compile_options: Any):
         self.agent = agent
         self.store = store
@@ -221,7 +230,8 @@ class Runner:
 
     async def _events(self, input: Any, options: dict[str, Any], callbacks: Sequence[Any] = ()
                       ) -> AsyncIterator[AgentEvent]:
-        live = _Live(self.agent.name, self.streaming)
+        live = _Live(self.agent, self.streaming)
+        root = (self.agent.name,)
         events = self.app.aevents(input, callbacks=[live, *self.callbacks, *callbacks], streaming=False, **options)
         started = False
         try:
@@ -235,11 +245,11 @@ class Runner:
             live.close_all()
             if not started:  # nothing ran (refused, lost the compare-and-set, unknown ID): impossible to miss
                 raise
-            yield AgentEvent(agent_name=self.agent.name, error=err)
+            yield AgentEvent(agent_name=self.agent.name, run_path=root, error=err)
             return
         finally:
             await events.aclose()
-        yield AgentEvent(agent_name=self.agent.name, action=AgentAction(exit=True))
+        yield AgentEvent(agent_name=self.agent.name, run_path=root, action=AgentAction(exit=True))
 
 
 class _Live:
@@ -247,14 +257,17 @@ class _Live:
 
     The callback runs in the run's task the moment a chunk exists; the translation runs in the
     consumer, possibly later. Streams pass between them in order (a FIFO per kind), so a slow consumer
-    still pairs each announcement with the right stream.
+    still pairs each announcement with the right stream. Events of every agent in a composition come
+    through here: `AgentPaths` says which agent's run each belongs to (its `run_path`), and the model stream
+    being fed is kept per run, so two agents streaming at once (two calls of one agent tool) stay apart.
     """
 
-    def __init__(self, agent: str, streaming: bool) -> None:
-        self.agent = agent
+    def __init__(self, agent: Any, streaming: bool) -> None:
+        self.paths = AgentPaths(agent)
+        self.root = self.paths.resolve(())
         self.streaming = streaming
-        self.model_stream: _Stream | None = None
-        self.model_streams: deque[_Stream] = deque()
+        self.model_stream: dict[tuple[str, ...], _Stream] = {}  # per agent run: the stream being fed
+        self.model_streams: deque[_Stream] = deque()  # opened and not yet announced, in order
         # per call execution (ToolEvent.ref — a model may repeat call IDs): the stream being fed, and the
         # streams opened and not yet announced, in order (a void starts a new one)
         self.tool_stream: dict[str, _Stream] = {}
@@ -264,20 +277,22 @@ class _Live:
 
     def on_chunk(self, event: Event) -> None:
         data = event.data
-        if isinstance(data, RetryNotice) and data.what == "model" and self.model_stream is not None:
-            self.model_stream.close()  # what it streamed is void; the next attempt opens a new stream
+        where = self.paths.resolve(event.node_path)
+        current = self.model_stream.get(where.key)
+        if isinstance(data, RetryNotice) and data.what == "model" and current is not None:
+            current.close()  # what it streamed is void; the next attempt opens a new stream
         elif isinstance(data, StoredMessage):  # what is stored differs from what streamed: the last word is it
-            if self.model_stream is not None:
-                self.model_stream.close()
-            stream = _Stream(opened_by=data)
-            stream.put(data.message)
-            stream.close()
-            self.model_streams.append(stream)
-        elif event.node_path == ("model",) and isinstance(data, Message):
-            if self.model_stream is None or self.model_stream.closed:
-                self.model_stream = _Stream(opened_by=data)
-                self.model_streams.append(self.model_stream)
-            self.model_stream.put(data)
+            if current is not None:
+                current.close()
+            stored = _Stream(opened_by=data)
+            stored.put(data.message)
+            stored.close()
+            self.model_streams.append(stored)
+        elif where.rest == ("model",) and isinstance(data, Message):
+            if current is None or current.closed:
+                current = self.model_stream[where.key] = _Stream(opened_by=data)
+                self.model_streams.append(current)
+            current.put(data)
         elif isinstance(data, ToolEvent) and self.streaming:
             self._feed_tool(data)
 
@@ -305,52 +320,58 @@ class _Live:
             self.close_all()
 
     def on_end(self, event: Event) -> None:
-        if event.node_path == ("model",) and self.model_stream is not None:
-            self.model_stream.close()
+        where = self.paths.resolve(event.node_path)
+        current = self.model_stream.get(where.key)
+        if where.rest == ("model",) and current is not None:
+            current.close()
 
     def on_error(self, event: Event) -> None:
         self.close_all()
 
     def close_all(self) -> None:
         tools = [s for q in self.tool_streams.values() for s in q]
-        for stream in (self.model_stream, *self.model_streams, *self.tool_stream.values(), *tools):
-            if stream is not None:
-                stream.close()
+        for stream in (*self.model_stream.values(), *self.model_streams, *self.tool_stream.values(), *tools):
+            stream.close()
 
     # --- in the consumer, in order ----------------------------------------------------------------
 
     def translate(self, event: Event) -> list[AgentEvent]:
         kind, path, data = event.kind, event.node_path, event.data
         if kind == "interrupt" and path == ():
-            return [self._event(action=AgentAction(interrupted=data))]
+            return [self._event(self.root, action=AgentAction(interrupted=data))]
+        where = self.paths.resolve(path)
         if kind == "chunk" and isinstance(data, RetryNotice):
-            return [self._event(action=AgentAction(retry=data))]
-        if path == ("model",):
+            return [self._event(where, action=AgentAction(retry=data))]
+        if where.rest == ("model",):
             if kind == "chunk" and self.streaming and self.model_streams and data is self.model_streams[0].opened_by:
-                return [self._event(output=AgentOutput(role="assistant", stream=self.model_streams.popleft()))]
+                return [self._event(where, output=AgentOutput(role="assistant", stream=self.model_streams.popleft()))]
             if kind == "end" and not self.streaming:
-                return [self._event(output=AgentOutput(role="assistant", message=data))]
+                return [self._event(where, output=AgentOutput(role="assistant", message=data))]
             return []
         if kind == "chunk" and isinstance(data, ToolEvent):
-            return self._tool_event(data)
+            return self._tool_event(where, data)
+        if kind == "start" and where.via == "handoff" and where.rest == ():
+            handing = self.paths.resolve(where.key[:-1])
+            return [self._event(handing, action=AgentAction(transfer=where.run_path[-1]))]
         return []
 
-    def _tool_event(self, data: ToolEvent) -> list[AgentEvent]:
+    def _tool_event(self, where: Where, data: ToolEvent) -> list[AgentEvent]:
         out: list[AgentEvent] = []
         if data.kind == "decision":
-            out.append(self._event(action=AgentAction(decision=data.data)))
+            out.append(self._event(where, action=AgentAction(decision=data.data)))
         if data.kind == "start" and data.rerun:
-            out.append(self._event(action=AgentAction(rerun=ToolRerun(
+            out.append(self._event(where, action=AgentAction(rerun=ToolRerun(
                 name=data.name, call_id=data.call_id, idempotency_key=data.idempotency_key))))
         waiting = self.tool_streams.get(data.ref) if self.streaming else None
         if waiting and waiting[0].opened_by is data:  # at its first chunk (live), or at its end if it has none
-            out.append(self._event(output=AgentOutput(role="tool", tool_name=data.name, stream=waiting.popleft())))
+            out.append(self._event(where, output=AgentOutput(role="tool", tool_name=data.name, stream=waiting.popleft())))
         elif data.kind == "end" and not self.streaming:
-            out.append(self._event(output=AgentOutput(role="tool", tool_name=data.name, message=data.data)))
+            out.append(self._event(where, output=AgentOutput(role="tool", tool_name=data.name, message=data.data)))
         return out
 
-    def _event(self, **fields: Any) -> AgentEvent:
-        return AgentEvent(agent_name=self.agent, **fields)
+    @staticmethod
+    def _event(where: Where, **fields: Any) -> AgentEvent:
+        return AgentEvent(agent_name=where.run_path[-1], run_path=where.run_path, **fields)
 
 
 ABANDONED = "[abandoned] this call did not run: its turn was abandoned (force_new_run) before it finished"

@@ -7,6 +7,7 @@ Rules read the last user message (case-insensitive); each calls its tool only wh
     (please) read (the file) <path>                       → read_file(path=<path>)
     (please) list (the files in | the directory) <dir>    → ls(path=<dir>)
     (please) ask <doc> about <question>                   → answer_from_document(document=<doc>, question=<question>)
+    (please) ask the <agent> to <request>                 → <agent>(request=<request>)  (an agent used as a tool)
 
 Called after tools ran, it summarises their results; anything else gets a plain reply echoing the request.
 """
@@ -38,6 +39,7 @@ _RULES: list[tuple[str, re.Pattern[str], tuple[str, ...]]] = [
     ("answer_from_document", re.compile(_LEAD + r"ask\s+(?P<document>.+?)\s+about\s+(?P<question>.+)", re.I | re.S),
      ("document", "question")),
 ]
+_DELEGATE = re.compile(_LEAD + r"ask\s+the\s+(?P<agent>[\w-]+)\s+to\s+(?P<request>.+)", re.I | re.S)
 _QUOTES = ("`", "'", '"')
 _SUMMARY_LIMIT = 200
 
@@ -54,7 +56,10 @@ def _clean(field: str, value: str) -> str:
     return value
 
 
-def _match(text: str) -> tuple[str, dict[str, str]] | None:
+def _match(text: str, offered: set[str] = frozenset()) -> tuple[str, dict[str, str]] | None:
+    delegate = _DELEGATE.match(text)
+    if delegate and delegate["agent"] in offered:  # only when such an agent tool is offered: else the other rules
+        return delegate["agent"], {"request": _clean("question", delegate["request"])}
     for tool, pattern, fields in _RULES:
         found = pattern.match(text)
         if found:
@@ -124,7 +129,7 @@ class OfflineModel:
         if messages and messages[-1].role == "tool":
             return Message(role="assistant", content=_summary(messages), finish_reason="stop")
         request = next((m.content for m in reversed(messages) if m.role == "user"), None)
-        found = _match(request) if request is not None else None
+        found = _match(request, _allowed(tools, tool_choice)) if request is not None else None
         if found is None:
             return Message(role="assistant", content=_plain(request), finish_reason="stop")
         tool, arguments = found

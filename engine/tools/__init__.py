@@ -1,8 +1,8 @@
-"""Tools for agents: `@tool`, `Tool`, `ToolContext`, `ToolsNode`, `RetryAgentRun`, `StopAgentRun`; tools of MCP
-servers (`MCPServerStdio`, `MCPServerStreamableHTTP`: the `[mcp]` extra, loaded when first named)."""
+"""Tools for agents: `@tool`, `Tool`, `ToolContext`, `ToolsNode`, `RetryAgentRun`, `StopAgentRun`, `BreakLoop`;
+tools of MCP servers (`MCPServerStdio`, `MCPServerStreamableHTTP`: the `[mcp]` extra, loaded when first named)."""
 
 from .node import ToolBatch, ToolEvent, ToolsNode
-from .tool import RetryAgentRun, StopAgentRun, Tool, ToolArgumentError, ToolContext, ToolInfo, tool
+from .tool import BreakLoop, RetryAgentRun, StopAgentRun, Tool, ToolArgumentError, ToolContext, ToolInfo, tool
 from .verbs import Decision, Respond, Restart
 
 _MCP = ("MCPServerStdio", "MCPServerStreamableHTTP", "MCPTool", "MCPConnectionError")
@@ -17,4 +17,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["tool", "Tool", "ToolInfo", "ToolContext", "ToolArgumentError", "ToolsNode", "ToolBatch", "ToolEvent",
-           "RetryAgentRun", "StopAgentRun", "Respond", "Restart", "Decision", *_MCP]
+           "RetryAgentRun", "StopAgentRun", "BreakLoop", "Respond", "Restart", "Decision", *_MCP]

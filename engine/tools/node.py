@@ -46,10 +46,13 @@ from ..task import (
     ledger_epoch,
     task_ledger,
 )
-from .tool import RetryAgentRun, StopAgentRun, Tool, ToolArgumentError, ToolContext, _text, as_tool
+from .tool import BreakLoop, RetryAgentRun, StopAgentRun, Tool, ToolArgumentError, ToolContext, _text, as_tool
 from .verbs import Decision, Respond, Restart
 
 __all__ = ["ToolsNode", "ToolBatch", "ToolEvent"]
+
+BREAK = "break_loop"
+"""A finished call's `stopped` mark when it raised `BreakLoop` (True: `StopAgentRun`)."""
 
 _STATE = 2
 """The paused state's format: 2 keys calls by slot (position and ID); 1 keyed them by the model's ID."""
@@ -82,6 +85,8 @@ class ToolBatch:
 
     messages: list[Message]
     stop: str | None = None
+    break_loop: bool = False
+    """A call raised `BreakLoop` (its message is `stop`)."""
     names: list[str] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
     """What resumes decided about paused calls in this batch (approved, rejected, responded, restarted)."""
@@ -207,11 +212,12 @@ class ToolsNode:
                 [o for _, o in paused],
             )
         stop = next((o[0] for o in finished.values() if o[1]), None)
+        break_loop = any(o[1] == BREAK for o in finished.values())
         messages = [Message.tool(finished[c.slot][0], tool_call_id=c.call.id, name=c.call.name) for c in calls]
         # decisions of calls that paused again, then each finished call's own (kept with its result, so a
         # crash after the call does not lose it)
         done = [finished[c.slot][2] for c in calls if len(finished[c.slot]) > 2 and finished[c.slot][2] is not None]
-        return ToolBatch(messages=messages, stop=stop, names=[c.call.name for c in calls],
+        return ToolBatch(messages=messages, stop=stop, break_loop=break_loop, names=[c.call.name for c in calls],
                          decisions=[*step.decisions, *done])
 
     @staticmethod
@@ -233,7 +239,7 @@ class ToolsNode:
                          **fields)
 
     async def _one(self, c: _Call, step: _Step) -> list[Any]:
-        """[content, stopped, decision] for one call, or raises its pause."""
+        """[content, stopped (False, True or BREAK), decision] for one call, or raises its pause."""
         call = c.call
         if c.slot in step.done:  # finished before a pause or a crash: its result, announced again
             outcome = step.done[c.slot]
@@ -254,7 +260,7 @@ class ToolsNode:
                 name=call.name, call_id=call.id, checkpoint_id=current_checkpoint_id(),
                 arguments=step.inputs.get(c.slot, call.arguments),
                 idempotency_key=epoch if isinstance(epoch, str) else idempotency_key(epoch), resumed=resumed,
-                rerun=c.slot in step.started,
+                rerun=c.slot in step.started, position=c.index,
                 original_input=call.arguments if c.slot in step.inputs else None,
             )
             try:
@@ -295,7 +301,8 @@ class ToolsNode:
             content = await self._content(c, ctx)
         except (RetryAgentRun, StopAgentRun) as err:  # its message is the result: whatever it streamed is void
             await emit_chunk(self._event(c, "void"))
-            content, stopped = err.message, isinstance(err, StopAgentRun)
+            content = err.message
+            stopped = BREAK if isinstance(err, BreakLoop) else isinstance(err, StopAgentRun)
         except BaseException as err:  # it paused or failed: whoever watches its chunks stops waiting
             await emit_chunk(self._event(c, "stop", data=err))
             raise

@@ -23,7 +23,7 @@ from ..models.schema import ToolInfo
 from ..node_calls import in_daemon_thread
 from ..scope import current_task
 
-__all__ = ["tool", "Tool", "ToolContext", "ToolArgumentError", "RetryAgentRun", "StopAgentRun", "ToolInfo"]
+__all__ = ["tool", "Tool", "ToolContext", "ToolArgumentError", "RetryAgentRun", "StopAgentRun", "BreakLoop", "ToolInfo"]
 
 
 class RetryAgentRun(Exception):
@@ -41,6 +41,13 @@ class StopAgentRun(Exception):
     def __init__(self, message: str = "") -> None:
         super().__init__(message)
         self.message = message
+
+
+class BreakLoop(StopAgentRun):
+    """Raised by a tool: like `StopAgentRun` (the batch finishes, the agent ends with `message` as this call's
+    result), and the `LoopAgent` running the agent ends its loop after it — the agents after this one in the
+    iteration do not run, nor do further iterations (Eino's BreakLoop action). Outside a loop agent it is a
+    `StopAgentRun`."""
 
 
 class ToolArgumentError(Exception):
@@ -65,6 +72,8 @@ class ToolContext:
     original_input: Any = None
     rerun: bool = False
     """True when this call had started before a crash without finishing: it runs again."""
+    position: int = 0
+    """The call's position in its assistant message (calls are told apart by it, whatever IDs the model wrote)."""
     decision: Any = None
     """A `Decision` a middleware recorded about this call (`decide`), kept in the run's history."""
     extra: dict[str, Any] = field(default_factory=dict)

@@ -303,21 +303,22 @@ class _MCPServer:
         what = f"the call to tool '{tool}'" if tool else "the connection"
         return MCPAuthError(
             f"MCP server '{self.name}' ({self.target}) refused {what} with HTTP {status}: the credentials are "
-            "missing, wrong or not allowed — check the headers= (an Authorization token, say) this server is "
-            "given; a retry with the same ones will not help")
+            "missing, wrong or not allowed — check the credentials this server is given (headers=, such as an "
+            "Authorization token, or the URL); a retry with the same ones will not help")
 
-    def _timed_out(self, tool: str | None = None) -> MCPTimeoutError:
+    def _timed_out(self, tool: str | None, keyed: bool = False) -> MCPTimeoutError:
         if tool is None:
             return MCPTimeoutError(f"MCP server '{self.name}' ({self.target}) did not list its tools within "
                                    f"{self.timeout:g} s — retry, or raise timeout=")
+        again = (f"with the same idempotency key (_meta '{IDEMPOTENCY_KEY_META}'), so only a server that checks "
+                 "that key is safe from running it twice") if keyed else "without an idempotency key"
         return MCPTimeoutError(
             f"MCP server '{self.name}' ({self.target}): tool '{tool}' did not answer within {self.timeout:g} s; "
             "the call may have run, or still be running, on the server (it was sent a cancellation) — a retry "
-            f"(ToolRetryMiddleware retries timeouts) sends it again with the same idempotency key (_meta "
-            f"'{IDEMPOTENCY_KEY_META}'), so only a server that checks that key is safe from running it twice; "
-            "raise timeout= if the tool is slow")
+            f"(ToolRetryMiddleware retries timeouts) sends it again {again}; raise timeout= if the tool is slow")
 
-    async def _failed(self, connection: _Connection, err: Exception, refusals: int, tool: str | None) -> NoReturn:
+    async def _failed(self, connection: _Connection, err: Exception, refusals: int, tool: str | None,
+                      keyed: bool = False) -> NoReturn:
         """Raise what a request that failed on `connection` means (`refusals`: the count before it was sent).
 
         A timeout abandons that one request and keeps the connection for the others; only a transport
@@ -329,7 +330,7 @@ class _MCPServer:
             raise self._refused(connection.refused_status, tool) from None
         if isinstance(err, MCPError) and err.code == REQUEST_TIMEOUT:
             await self._probe(connection)
-            raise self._timed_out(tool) from err
+            raise self._timed_out(tool, keyed) from err
         await self._drop(connection)
         raise self._unreachable(err, tool) from err
 
@@ -403,7 +404,7 @@ class _MCPServer:
                 result = await client.call_tool(remote_name, arguments, meta=meta)
         except MCPError as err:
             if err.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT) or connection.refusals > refusals or not connection.alive:
-                await self._failed(connection, err, refusals, tool)
+                await self._failed(connection, err, refusals, tool, meta is not None)
             return self._error_result(tool, f"the MCP server answered with an error: {err.message}")
         except (ValidationError, RuntimeError) as err:  # an answer the protocol does not allow: it was answered
             if not connection.alive:

@@ -49,6 +49,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 from ..errors import WaypointError
+from ..models._outgoing import depth as _depth
 from ..models.schema import ToolInfo
 from .tool import Tool, ToolArgumentError, ToolContext
 
@@ -88,21 +89,6 @@ class MCPTimeoutError(MCPConnectionError, TimeoutError):
 class MCPAuthError(WaypointError, PermissionError):
     """An MCP server over HTTP refused the credentials (HTTP 401 / 403): not retried, since the same headers
     get the same answer. The message never quotes the headers or the server's reply."""
-
-
-def _depth(value: Any, limit: int) -> int:
-    """How deeply `value` nests (stops counting past `limit`)."""
-    stack, deepest = [(value, 1)], 0
-    while stack:
-        node, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if depth > limit:
-            return depth
-        if isinstance(node, dict):
-            stack.extend((v, depth + 1) for v in node.values())
-        elif isinstance(node, list):
-            stack.extend((v, depth + 1) for v in node)
-    return deepest
 
 
 def _clip(text: str, limit: int) -> str:

@@ -134,8 +134,8 @@ class SerializationError(WaypointError):
 
 class ModelError(WaypointError):
     """A chat model call failed. `status` is the HTTP status (None without one); `retryable` is True for
-    429, 5xx, timeouts and dropped connections — what a retry policy may try again. The message names
-    the model and the server, never a key."""
+    429, 5xx, timeouts, dropped connections and answers that cannot be read — what a retry policy may try
+    again. The message names the model and the server, never a key."""
 
     def __init__(self, message: str, *, status: int | None = None, retryable: bool = False,
                  model: str | None = None) -> None:

@@ -3,8 +3,9 @@
 Tests push scripted replies (`Reply`) and point an `AnthropicChatModel` at `server.base_url`; the SDK talks
 real HTTP to it. Every request is recorded (`server.requests`: JSON body and headers). A reply can be text
 (streamed as text deltas), tool calls (`tool_use` blocks; streamed as a block start, then
-`input_json_delta` fragments), an error status with Anthropic's error body, an `error` event in the middle
-of a stream, a delay, or a connection dropped after N events.
+`input_json_delta` fragments), thinking blocks before them (streamed as `thinking_delta` and
+`signature_delta` events), an error status with Anthropic's error body, an `error` event in the middle
+of a stream, a delay, a connection dropped after N events, or a raw answer (any body, any events).
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ class Reply:
     wait: float = 0.0
     delay: float = 0.0
     drop_after: int | None = None  # close the connection mid-body after this many SSE events
+    thinking: list[tuple[str, str]] = field(default_factory=list)  # (thinking, signature) blocks, first
+    redacted: list[str] = field(default_factory=list)  # redacted_thinking blocks' data, after those
+    raw: Any = None  # a 200 answer as it is: bytes or a JSON value; for a stream, a list of (event, data)
 
     @classmethod
     def failure(cls, status: int, message: str, *, type: str = "api_error", **kw: Any) -> Reply:
@@ -58,8 +62,14 @@ def _stop(reply: Reply) -> str:
     return reply.stop_reason or ("tool_use" if reply.tool_calls else "end_turn")
 
 
+def _thinking(reply: Reply) -> list[dict[str, Any]]:
+    return [{"type": "thinking", "thinking": t, "signature": s} for t, s in reply.thinking] + \
+        [{"type": "redacted_thinking", "data": d} for d in reply.redacted]
+
+
 def _message(reply: Reply, model: str) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"type": "text", "text": reply.content}] if reply.content else []
+    content: list[dict[str, Any]] = _thinking(reply)
+    content += [{"type": "text", "text": reply.content}] if reply.content else []
     content += [{"type": "tool_use", "id": i, "name": n, "input": json.loads(a) if a else {}}
                 for i, n, a in reply.tool_calls]
     return {"id": "msg_test", "type": "message", "role": "assistant", "model": model, "content": content,
@@ -71,14 +81,27 @@ def _events(reply: Reply, model: str) -> list[tuple[str, dict[str, Any]]]:
     start.update(content=[], stop_reason=None)
     out: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": start})]
     index = 0
+    for block in _thinking(reply):
+        if block["type"] == "redacted_thinking":
+            out.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": block}))
+        else:
+            out.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": {
+                "type": "thinking", "thinking": "", "signature": ""}}))
+            out += [("content_block_delta", {"type": "content_block_delta", "index": index,
+                                             "delta": {"type": "thinking_delta", "thinking": p}})
+                    for p in _pieces(block["thinking"], reply.chunk_size)]
+            out.append(("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                "delta": {"type": "signature_delta", "signature": block["signature"]}}))
+        out.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+        index += 1
     if reply.content:
-        out.append(("content_block_start", {"type": "content_block_start", "index": 0,
+        out.append(("content_block_start", {"type": "content_block_start", "index": index,
                                             "content_block": {"type": "text", "text": ""}}))
-        out += [("content_block_delta", {"type": "content_block_delta", "index": 0,
+        out += [("content_block_delta", {"type": "content_block_delta", "index": index,
                                          "delta": {"type": "text_delta", "text": p}})
                 for p in _pieces(reply.content, reply.chunk_size)]
-        out.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
-        index = 1
+        out.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+        index += 1
     for call_id, name, arguments in reply.tool_calls:
         out.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": {
             "type": "tool_use", "id": call_id, "name": name, "input": {}}}))
@@ -114,6 +137,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if reply.status >= 400:
                 self._json(reply.status, {"type": "error", "error": reply.error or {}}, reply.headers)
+            elif reply.raw is not None:
+                self._raw(reply.raw, bool(body.get("stream")))
             elif body.get("stream"):
                 self._sse(reply, body.get("model", ""))
             else:
@@ -128,6 +153,24 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         for k, v in (headers or {}).items():
             self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _raw(self, raw: Any, stream: bool) -> None:
+        if stream and isinstance(raw, list):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for name, data in raw:
+                text = data if isinstance(data, str) else json.dumps(data)
+                self._write_chunk(f"event: {name}\ndata: {text}\n\n".encode())
+            self._write_chunk(b"")
+            return
+        data = raw if isinstance(raw, bytes) else json.dumps(raw).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
 

@@ -4,7 +4,7 @@ Tests push scripted replies (`Reply`) and point an `OpenAIChatModel` at `server.
 real HTTP to it. Every request is recorded (`server.requests`: JSON body and headers). A reply can be
 text (streamed in several chunks), tool calls (streamed as OpenAI does: a first fragment with index, id
 and name, then argument fragments), an error status with an OpenAI-style JSON body, a delay before the
-answer or between chunks, or a connection dropped after N chunks.
+answer or between chunks, a connection dropped after N chunks, or a raw answer (any body, any chunks).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class Reply:
     delay: float = 0.0  # seconds between streamed chunks (after the first one with content)
     drop_after: int | None = None  # close the connection mid-body after this many SSE chunks
     end_after: int | None = None  # end the body properly after this many SSE chunks (no finish, no [DONE])
+    raw: Any = None  # a 200 answer as it is: bytes or a JSON value; for a stream, a list of data payloads
 
     @classmethod
     def failure(cls, status: int, message: str, *, type: str = "server_error", **kw: Any) -> Reply:
@@ -122,12 +123,33 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if reply.status >= 400:
                 self._json(reply.status, {"error": reply.error or {"message": "error"}}, reply.headers)
+            elif reply.raw is not None:
+                self._raw(reply.raw, bool(body.get("stream")))
             elif body.get("stream"):
                 self._sse(reply, body.get("model", ""), bool((body.get("stream_options") or {}).get("include_usage")))
             else:
                 self._json(200, _completion(reply, body.get("model", "")), reply.headers)
         except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout test)
             self.close_connection = True
+
+    def _raw(self, raw: Any, stream: bool) -> None:
+        if stream and isinstance(raw, list):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for data in raw:
+                text = data if isinstance(data, str) else json.dumps(data)
+                self.wfile.write(f"data: {text}\n\n".encode())
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        data = raw if isinstance(raw, bytes) else json.dumps(raw).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def _json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         data = json.dumps(payload).encode()

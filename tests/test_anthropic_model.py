@@ -250,3 +250,157 @@ def test_importing_the_models_does_not_import_anthropic():
                          env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "True"]
+
+
+def _answer(**over):
+    base = {"id": "m", "type": "message", "role": "assistant", "model": "c", "stop_reason": "end_turn",
+            "stop_sequence": None, "content": [{"type": "text", "text": "hi"}],
+            "usage": {"input_tokens": 1, "output_tokens": 1}}
+    return {**base, **over}
+
+
+def _start():
+    return ("message_start", {"type": "message_start", "message": _answer(content=[], stop_reason=None)})
+
+
+def _delta(index, **delta):
+    return ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+
+
+HOSTILE_ANSWERS = {  # a 200 answer the model class cannot read: a proxy's glitch, or a hostile server
+    "content is a string": _answer(content="hello"),
+    "tool_use id is a number": _answer(content=[{"type": "tool_use", "id": 5, "name": "x", "input": {}}]),
+    "usage tokens are text": _answer(usage={"input_tokens": "many", "output_tokens": 1}),
+    "stop_reason is a number": _answer(stop_reason=7),
+    "text is a number": _answer(content=[{"type": "text", "text": 5}]),
+    "the body is a JSON list": [1, 2],
+    "the body is not JSON": b"<html>oops</html>",
+}
+HOSTILE_STREAMS = {
+    "a block start without its block": [_start(), ("content_block_start", {"type": "content_block_start", "index": 0})],
+    "partial_json is a number": [_start(), ("content_block_start", {"type": "content_block_start", "index": 0,
+                                            "content_block": {"type": "tool_use", "id": "t", "name": "x", "input": {}}}),
+                                 _delta(0, type="input_json_delta", partial_json=12)],
+    "text_delta is a list": [_start(), _delta(0, type="text_delta", text=["a"])],
+    "output_tokens is text": [_start(), ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                                                           "usage": {"output_tokens": "x"}})],
+    "an event is not JSON": [_start(), ("content_block_delta", "{not json")],
+}
+
+
+@pytest.mark.parametrize("streaming,raw", [(False, a) for a in HOSTILE_ANSWERS.values()]
+                         + [(True, s) for s in HOSTILE_STREAMS.values()],
+                         ids=[*HOSTILE_ANSWERS, *HOSTILE_STREAMS])
+async def test_an_answer_the_model_cannot_read_is_a_retryable_model_error(model, server, streaming, raw):
+    server.push(Reply(raw=raw))
+    with pytest.raises(ModelError) as caught:
+        if streaming:
+            await collect(model.stream([Message.user("hi")]))
+        else:
+            await model.generate([Message.user("hi")])
+    assert caught.value.retryable is True and caught.value.model == "claude-test"
+    assert f"model 'claude-test' at {server.host}" in str(caught.value) and "could not be read" in str(caught.value)
+    assert_key_hidden(caught.value)
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["generate", "stream"])
+def test_lone_surrogates_from_the_model_are_stored_as_written_and_sent_back_as_u_fffd(server, streaming, tmp_path):
+    """A model's text, tool name and arguments holding an unpaired surrogate: the run goes on (the next request
+    is valid UTF-8) and the stored conversation keeps exactly what the model wrote."""
+    from waypoint.stores import SQLiteStore
+
+    @tool
+    def execute(command: str) -> str:
+        """Run."""
+        return f"ran {command}"
+
+    server.push(Reply("text \ud800 here", tool_calls=[("toolu_1", "execute", '{"command": "ls \\udfff"}'),
+                                                       ("toolu_2", "exe\udc00", "{}")]), Reply("done"))
+    model = AnthropicChatModel("claude-test", base_url=server.base_url, api_key=KEY)
+    runner = Runner(ChatModelAgent(name="u", model=model, tools=[execute]), store=SQLiteStore(tmp_path / "s.db"),
+                    streaming=streaming)
+    events = runner.run_sync("go", checkpoint_id="u")
+    assert events[-1].error is None and events[-2].output.message.content == "done"
+    sent = server.bodies[1]["messages"][1]["content"]
+    assert sent[0] == {"type": "text", "text": "text \ufffd here"}
+    assert sent[1]["input"] == {"command": "ls \ufffd"} and sent[2]["name"] == "exe\ufffd"
+    stored = asyncio.run(runner.app.get_run("u")).state.messages
+    assert stored[1].content == "text \ud800 here" and stored[1].tool_calls[1].name == "exe\udc00"
+    assert "ran ls \udfff" == stored[2].content
+
+
+@pytest.mark.parametrize("levels", [100, 129, 300, 100_000])
+async def test_deeply_nested_arguments_never_stop_the_conversation(model, server, levels):
+    """Arguments too deep to send as a `tool_use` input (Python's parser gives up at ~1,000 levels) go as {}:
+    the model was already told, by the call's result, that they were unusable."""
+    arguments = '{"command": ' + "[" * levels + "]" * levels + "}"
+    server.push("ok")
+    history = [Message.user("go"), Message.assistant(tool_calls=[ToolCall(id="t1", name="lookup", arguments=arguments)]),
+               Message.tool("[tool error] the arguments nest too deeply", tool_call_id="t1", name="lookup")]
+    assert (await model.generate(history, tools=TOOLS)).content == "ok"
+    sent = server.bodies[0]["messages"][1]["content"][0]["input"]
+    assert sent == (json.loads(arguments) if levels <= 127 else {})
+
+
+async def test_a_request_that_cannot_be_built_is_a_model_error_naming_the_model(server):
+    model = AnthropicChatModel("claude-test", base_url=server.base_url, api_key=KEY, metadata={"tags": {"a", "b"}})
+    with pytest.raises(ModelError, match=r"model 'claude-test' at 127\.0\.0\.1:\d+: the request could not be built: "
+                                         r".*metadata\.tags is a set") as caught:
+        await model.generate([Message.user("hi")])
+    assert caught.value.retryable is False and server.requests == []
+
+
+async def test_fields_the_sdk_does_not_take_go_in_the_body_as_they_are(server):
+    """This SDK's messages.create takes no temperature=/top_p=: they go in the request body, not a TypeError."""
+    model = AnthropicChatModel("claude-test", base_url=server.base_url, api_key=KEY, temperature=0.2, top_p=0.9,
+                               extra_body={"top_k": 3})
+    server.push("ok")
+    await model.generate([Message.user("hi")])
+    assert (server.bodies[0]["temperature"], server.bodies[0]["top_p"], server.bodies[0]["top_k"]) == (0.2, 0.9, 3)
+
+
+async def test_tools_may_be_given_as_tool_objects(model, server):
+    @tool
+    def execute(command: str) -> str:
+        """Run a shell command."""
+        return command
+
+    server.push("fine")
+    await model.generate([Message.user("hi")], tools=[execute], tool_choice="execute")
+    assert server.bodies[0]["tools"][0]["name"] == "execute" and server.bodies[0]["tools"][0]["input_schema"] == \
+        execute.info.parameters
+
+
+def test_repr_shows_the_server_never_the_credentials_of_a_proxy():
+    model = AnthropicChatModel("claude-test", base_url="https://alice:PROXY-PASSWORD@proxy.example:8443/anthropic",
+                               api_key=KEY)
+    assert repr(model) == "AnthropicChatModel(model='claude-test', server='proxy.example:8443')"
+    assert model.server == "proxy.example:8443"
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["generate", "stream"])
+def test_thinking_blocks_go_back_unchanged_with_the_tool_use_they_led_to(server, streaming, tmp_path):
+    """With extended thinking and tool use, the API requires the turn's thinking blocks (with their signatures)
+    back; they are kept on the stored message as `reasoning`, never in its content."""
+    from waypoint.stores import SQLiteStore
+
+    @tool
+    def lookup(word: str) -> str:
+        """Look a word up."""
+        return "42"
+
+    server.push(Reply(tool_calls=[("toolu_1", "lookup", '{"word": "x"}')], thinking=[("I should look it up.", "SIG1")],
+                      redacted=["ENCRYPTED"]), Reply("It is 42."))
+    model = AnthropicChatModel("claude-test", base_url=server.base_url, api_key=KEY, max_tokens=2048,
+                               thinking={"type": "enabled", "budget_tokens": 1024})
+    runner = Runner(ChatModelAgent(name="t", model=model, tools=[lookup]), store=SQLiteStore(tmp_path / "t.db"),
+                    streaming=streaming)
+    events = runner.run_sync("what is x?", checkpoint_id="t")
+    assert events[-2].output.message.content == "It is 42."
+    assert server.bodies[1]["messages"][1]["content"] == [
+        {"type": "thinking", "thinking": "I should look it up.", "signature": "SIG1"},
+        {"type": "redacted_thinking", "data": "ENCRYPTED"},
+        {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"word": "x"}}]
+    stored = asyncio.run(runner.app.get_run("t")).state.messages[1]
+    assert stored.content == "" and [(r.provider, r.kind) for r in stored.reasoning] == [
+        ("anthropic", "thinking"), ("anthropic", "redacted_thinking")]

@@ -16,11 +16,12 @@ import pytest
 
 from waypoint.engine import ChatModelAgent, Runner
 from waypoint.engine.models import Message, ScriptedChatModel, ToolCall
-from waypoint.engine.tools import MCPConnectionError, MCPServerStdio, MCPServerStreamableHTTP, MCPTool
-from waypoint.engine.tools.mcp import MAX_SCHEMA_BYTES
-from waypoint.middleware import LoggingMiddleware, SafeToolMiddleware, ToolRetryMiddleware
-from waypoint.engine import RetryPolicy
-from waypoint.stores import SQLiteStore
+from waypoint.engine.tools import (MCPAuthError, MCPConnectionError, MCPServerStdio, MCPServerStreamableHTTP,
+                                   MCPTimeoutError, MCPTool, ToolArgumentError)
+from waypoint.engine.tools.mcp import IDEMPOTENCY_KEY_META, MAX_SCHEMA_BYTES
+from waypoint.middleware import LoggingMiddleware, SafeToolMiddleware, ToolRetryMiddleware, transient
+from waypoint.engine import AgentMiddleware, RetryPolicy, WaypointError
+from waypoint.stores import MemoryStore, SQLiteStore
 
 PROCS = Path(__file__).parent / "procs"
 SERVER = PROCS / "mcp_server.py"
@@ -200,21 +201,26 @@ async def test_a_server_that_dies_mid_call_fails_the_run_and_a_resume_runs_the_c
     assert events[-2].output.message.content == "last: survived n2"
 
 
+def start_http(journal: Path, port: int, *extra: str) -> subprocess.Popen:
+    """tests/procs/mcp_server.py over streamable HTTP on `port`, once it listens."""
+    proc = subprocess.Popen([sys.executable, str(SERVER), str(journal), "--http", str(port), *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    pytest.fail("the MCP test server did not start listening within 30 s")
+
+
 async def test_an_http_server_that_went_away_is_reached_again_once_it_is_back(tmp_path):
     journal, port = tmp_path / "journal", free_port()
 
     def start():
-        proc = subprocess.Popen([sys.executable, str(SERVER), str(journal), "--http", str(port)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                return proc
-            except OSError:
-                time.sleep(0.05)
-        proc.kill()
-        pytest.fail("the MCP test server did not start")
+        return start_http(journal, port)
 
     proc = start()
     server = MCPServerStreamableHTTP(f"http://127.0.0.1:{port}/mcp", name="crm", timeout=10)
@@ -256,3 +262,150 @@ async def test_an_unreachable_server_says_which_and_what_to_do(tmp_path):
     port = free_port()
     with pytest.raises(MCPConnectionError, match=f"127.0.0.1:{port}"):
         await MCPServerStreamableHTTP(f"http://user:pw@127.0.0.1:{port}/mcp", connect_timeout=20).list_tools()
+
+
+def results_by_call(events) -> dict[str, str]:
+    return {e.output.message.tool_call_id: e.output.message.content
+            for e in events if e.output and e.output.role == "tool"}
+
+
+async def test_a_call_that_times_out_leaves_the_connection_to_the_calls_beside_it(tmp_path):
+    """One call's timeout abandons that call only: a sibling in flight on the same connection finishes, once."""
+    journal, go = tmp_path / "journal", tmp_path / "go"
+    server = stdio(journal, timeout=3)
+    try:
+        await server.call_tool("add", {"a": 1, "b": 1})
+
+        async def sibling():
+            await asyncio.sleep(0.5)  # in flight when the first call times out, well within its own timeout
+            return await server.call_tool("wait_for", {"note": "sibling", "path": str(go)})
+
+        async def hung():
+            try:
+                await server.call_tool("wait_for", {"note": "hung", "path": str(tmp_path / "never")})
+            finally:
+                go.touch()
+
+        failed, answered = await asyncio.gather(hung(), sibling(), return_exceptions=True)
+        assert answered == "waited sibling"
+        assert isinstance(failed, MCPTimeoutError) and isinstance(failed, TimeoutError)
+        assert isinstance(failed, MCPConnectionError)  # what callers caught before; retried by default
+        assert "tool 'wait_for' did not answer within 3 s" in str(failed) and "may have run" in str(failed)
+        assert await server.call_tool("add", {"a": 2, "b": 2}) == "4"
+    finally:
+        await server.aclose()
+    pids = {line.split()[-1] for line in lines(journal)}
+    assert len(pids) == 1  # one server process served everything: the connection was never dropped
+    assert [line.split()[:2] for line in lines(journal)].count(["wait_for", "sibling"]) == 1
+
+
+async def test_a_timed_out_server_that_answers_nothing_any_more_is_dropped_when_nobody_else_uses_it(tmp_path):
+    journal = tmp_path / "journal"
+    server = stdio(journal, timeout=1)
+    try:
+        with pytest.raises(MCPTimeoutError, match="tool 'freeze' did not answer within 1 s"):
+            await server.call_tool("freeze", {"seconds": 20})  # blocks the server's event loop
+        assert await server.call_tool("add", {"a": 2, "b": 3}) == "5"
+    finally:
+        await server.aclose()
+    frozen, added = lines(journal)
+    assert frozen.split()[-1] != added.split()[-1]  # a new process answered the next call
+
+
+BAD_ARGUMENTS = {
+    "nested 300 deep": ('{"data": ' + '{"a":' * 300 + "1" + "}" * 300 + "}", "nest deeper than 64 levels"),
+    "nested 100,000 deep": ('{"data": ' + "[" * 100_000 + "]" * 100_000 + "}", "nest too deeply to read"),
+    "a lone surrogate": ('{"data": {"a": "\\ud800"}}', "not valid Unicode"),
+    "NaN": ('{"data": {"a": NaN}}', "NaN or Infinity"),
+    "too large": (json.dumps({"data": {"a": "x" * 1_100_000}}), "bytes, more than this tool takes"),
+}
+
+
+async def test_arguments_the_sdk_cannot_send_are_a_result_the_model_reads_and_never_touch_the_connection(tmp_path):
+    journal, go = tmp_path / "journal", tmp_path / "go"
+    server = stdio(journal)
+    try:
+        tools = await server.list_tools()
+        calls = [ToolCall(id="side", name="wait_for", arguments=json.dumps({"note": "side", "path": str(go)}))]
+        calls += [ToolCall(id=f"bad{i}", name="echo", arguments=a) for i, (a, _) in enumerate(BAD_ARGUMENTS.values())]
+        model = ScriptedChatModel([Message.assistant(tool_calls=calls), "done"])
+        agent = ChatModelAgent(name="p", model=model, tools=tools,
+                               middlewares=[ToolRetryMiddleware(RetryPolicy(max_attempts=3, initial_interval=0.1))])
+
+        async def release():
+            await asyncio.sleep(1.0)  # the side effect is in flight while the bad calls fail
+            go.touch()
+
+        events, _ = await asyncio.gather(_events(Runner(agent).run("go")), release())
+        deep: dict = {}
+        for _ in range(300):
+            deep = {"a": deep}
+        for data in (deep, {"a": "\ud800"}, {"a": float("nan")}, {"a": "x" * 1_100_000}):
+            with pytest.raises(ToolArgumentError):  # called directly: refused before anything is sent
+                await server.call_tool("echo", {"data": data})
+        assert await server.call_tool("add", {"a": 1, "b": 1}) == "2"
+    finally:
+        await server.aclose()
+    results = results_by_call(events)
+    assert results.pop("side") == "waited side"
+    for i, (_, says) in enumerate(BAD_ARGUMENTS.values()):
+        result = results[f"bad{i}"]
+        assert result.startswith("[tool error] tool 'echo': the arguments") and says in result, result
+    assert not [e for e in events if e.action and e.action.retry]
+    assert [line.split()[:2] for line in lines(journal)] == [["wait_for", "side"], ["add", "1"]]  # echo never ran
+    assert len({line.split()[-1] for line in lines(journal)}) == 1  # on one connection throughout
+
+
+async def _events(iterator):
+    return [e async for e in iterator]
+
+
+class KeyRecorder(AgentMiddleware):
+    def __init__(self):
+        self.keys: list[str] = []
+
+    def wrap_invokable_tool_call(self, endpoint, ctx):
+        self.keys.append(ctx.idempotency_key)
+        return endpoint
+
+
+async def test_every_call_sends_its_idempotency_key_in_meta_the_same_on_a_retry(tmp_path):
+    journal = tmp_path / "journal"
+    server = stdio(journal)
+    recorder = KeyRecorder()
+    try:
+        tools = await server.list_tools()
+        model = asks(("keyed", {"note": "k1"}), ("crash_once", {"note": "c1"}))
+        agent = ChatModelAgent(name="k", model=model, tools=tools, middlewares=[
+            recorder, ToolRetryMiddleware(RetryPolicy(max_attempts=2, initial_interval=0.01))])
+        events = [e async for e in Runner(agent, store=MemoryStore()).run("go", checkpoint_id="keys")]
+        assert await server.call_tool("keyed", {"note": "direct"}) == "keyed direct"
+    finally:
+        await server.aclose()
+    assert events[-2].output.message.content == "last: survived c1"
+    keyed, *_, direct = [line.split() for line in lines(journal) if line.startswith("keyed")]
+    assert keyed[:3] == ["keyed", "k1", recorder.keys[0]] and len(recorder.keys[0]) > 8
+    died, answered = [line.split() for line in lines(journal) if line.startswith("crash_once")]
+    assert died[3] == answered[2] == recorder.keys[1] != recorder.keys[0]  # a retry sends the same key
+    assert direct[:3] == ["keyed", "direct", "None"]  # no key given, none sent
+    assert IDEMPOTENCY_KEY_META == "waypoint/idempotency_key"  # what docs/ecosystem.md tells server authors
+
+
+async def test_an_http_server_that_refuses_the_credentials_is_an_auth_error_not_a_connection_failure(tmp_path):
+    journal, port = tmp_path / "journal", free_port()
+    proc = start_http(journal, port, "s3cret")
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        wrong = MCPServerStreamableHTTP(url, headers={"Authorization": "Bearer WRONG-TOKEN"}, name="crm")
+        with pytest.raises(MCPAuthError, match=r"MCP server 'crm' .* refused the connection with HTTP 401") as caught:
+            await wrong.list_tools()
+        assert "WRONG-TOKEN" not in str(caught.value) and not transient(caught.value)
+        assert not isinstance(caught.value, ConnectionError) and isinstance(caught.value, WaypointError)
+        async with MCPServerStreamableHTTP(url, headers={"Authorization": "Bearer s3cret"}, name="crm") as right:
+            assert await right.call_tool("add", {"a": 1, "b": 2}) == "3"
+            assert await right.call_tool("revoke", {}) == "revoked"  # from now on: 403
+            with pytest.raises(MCPAuthError, match="refused the call to tool 'add' with HTTP 403"):
+                await right.call_tool("add", {"a": 3, "b": 4})
+    finally:
+        proc.kill()
+        proc.wait()

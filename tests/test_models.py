@@ -266,3 +266,33 @@ async def test_the_offline_model_streams_word_by_word_at_the_pace_asked(monkeypa
     monkeypatch.setenv("WAYPOINT_OFFLINE_PACE", "fast")
     with pytest.raises(Exception, match="WAYPOINT_OFFLINE_PACE"):
         model_from_env()
+
+
+def test_reasoning_blocks_join_across_chunks_and_a_message_stored_before_them_still_reads():
+    from pydantic import BaseModel, ConfigDict
+
+    from waypoint.engine.models import Reasoning
+    from waypoint.engine.serde import Serializer, TypeRegistry
+
+    thought = Reasoning(provider="anthropic", kind="thinking", text="hmm", signature="S")
+    hidden = Reasoning(provider="anthropic", kind="redacted_thinking", data="D")
+    joined = concat_messages([Message(role="assistant", reasoning=(thought,)), Message(role="assistant", content="a"),
+                              Message(role="assistant", reasoning=(hidden,))])
+    assert joined.reasoning == (thought, hidden) and joined.content == "a"
+    assert Serializer().decode_value(Serializer().encode_value(joined)) == joined  # registered, no pickle
+
+    old = TypeRegistry()  # Message as it was stored before `reasoning` existed
+
+    @old.register(name="waypoint.Message")
+    class OldMessage(BaseModel):
+        model_config = ConfigDict(frozen=True)
+        role: str
+        content: str = ""
+        tool_calls: tuple = ()
+        tool_call_id: str | None = None
+        name: str | None = None
+        usage: None = None
+        finish_reason: str | None = None
+
+    stored = Serializer(registry=old).encode_value([OldMessage(role="assistant", content="hello", finish_reason="stop")])
+    assert Serializer().decode_value(stored) == [Message(role="assistant", content="hello", finish_reason="stop")]

@@ -276,9 +276,12 @@ def test_one_model_serves_several_event_loops_and_closes_their_clients(chat_serv
     assert leaks == [], [str(w.message) for w in leaks]
 
 
-def test_the_key_stays_out_of_repr(chat_server):
+def test_repr_shows_the_server_never_a_key_or_the_credentials_of_a_proxy(chat_server):
     model = OpenAIChatModel("m", base_url=chat_server.base_url, api_key=KEY)
-    assert KEY not in repr(model) and chat_server.base_url in repr(model)
+    assert KEY not in repr(model) and chat_server.host in repr(model)
+    proxied = OpenAIChatModel("m", base_url="https://alice:PROXY-PASSWORD@proxy.example:8443/v1", api_key=KEY)
+    assert repr(proxied) == "OpenAIChatModel(model='m', server='proxy.example:8443')" == f"OpenAIChatModel(model='m', " \
+        f"server={proxied.server!r})"
 
 
 def test_no_key_for_api_openai_com_is_refused_at_once(monkeypatch):
@@ -295,3 +298,67 @@ async def test_a_local_server_needs_no_key(chat_server, monkeypatch):
     chat_server.push(Reply("hi"))
     assert (await model.generate([Message.user("hi")])).content == "hi"
     assert chat_server.requests[0].headers["authorization"] == "Bearer not-needed"
+
+
+def _completion(**over):
+    base = {"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}
+    return {**base, **over}
+
+
+def _chunk(delta, finish=None):
+    return {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+HOSTILE_ANSWERS = {  # a 200 answer the model class cannot read: a proxy's glitch, or a hostile server
+    "no choices": _completion(choices=[]),
+    "a tool call id is a number": _completion(choices=[{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "tool_calls": [{"id": 5, "type": "function", "function": {"name": "x", "arguments": "{}"}}]}}]),
+    "the body is a JSON list": [1, 2],
+    "the body is not JSON": b"<html>oops</html>",
+}
+HOSTILE_STREAMS = {
+    "a chunk is not JSON": [_chunk({"content": "a"}), "{not json"],
+    "content is a list": [_chunk({"content": ["a"]})],
+    "a finish_reason is a number": [_chunk({"content": "a"}, finish=7)],
+}
+
+
+@pytest.mark.parametrize("streaming,raw", [(False, a) for a in HOSTILE_ANSWERS.values()]
+                         + [(True, s) for s in HOSTILE_STREAMS.values()],
+                         ids=[*HOSTILE_ANSWERS, *HOSTILE_STREAMS])
+async def test_an_answer_the_model_cannot_read_is_a_retryable_model_error(model, chat_server, streaming, raw):
+    chat_server.push(Reply(raw=raw))
+    with pytest.raises(ModelError) as caught:
+        if streaming:
+            await collect(model.stream([Message.user("hi")]))
+        else:
+            await model.generate([Message.user("hi")])
+    assert caught.value.retryable is True and caught.value.model == "test-model"
+    assert f"model 'test-model' at {chat_server.host}" in str(caught.value)
+    assert "could not be read" in str(caught.value)
+    assert_key_hidden(caught.value)
+
+
+async def test_lone_surrogates_go_out_as_u_fffd_and_the_messages_keep_them(model, chat_server):
+    history = [Message.user("go"),
+               Message.assistant("text \ud800 here", tool_calls=[ToolCall(id="c\udc00", name="exe\udfff",
+                                                                           arguments='{"command": "ls \ud800"}')]),
+               Message.tool("ran \ud800", tool_call_id="c\udc00", name="exe\udfff")]
+    kept = [m.model_copy(deep=True) for m in history]
+    chat_server.push("done")
+    assert (await model.generate(history)).content == "done"
+    sent = chat_server.bodies[0]["messages"]
+    assert sent[1]["content"] == "text \ufffd here" and sent[2]["content"] == "ran \ufffd"
+    assert sent[1]["tool_calls"][0] == {"id": "c\ufffd", "type": "function",
+                                        "function": {"name": "exe\ufffd", "arguments": '{"command": "ls \ufffd"}'}}
+    assert history == kept  # what is stored is never touched
+
+
+async def test_a_request_that_cannot_be_built_is_a_model_error_naming_the_model(chat_server):
+    model = OpenAIChatModel("test-model", base_url=chat_server.base_url, api_key=KEY, metadata={"n": float("nan")})
+    with pytest.raises(ModelError, match=r"model 'test-model' at 127\.0\.0\.1:\d+: the request could not be "
+                                         r"built: .*metadata\.n is nan") as caught:
+        await model.generate([Message.user("hi")])
+    assert caught.value.retryable is False and chat_server.requests == []

@@ -1,5 +1,6 @@
 """Chat models and messages: `ChatModel`, `OpenAIChatModel`, `AnthropicChatModel`, `ScriptedChatModel`,
-`OfflineModel`, `model_from_env()`, and the message schema (`Message`, `ToolCall`, `Usage`, `ToolInfo`).
+`OfflineModel`, `model_from_env()`, and the message schema (`Message`, `ToolCall`, `Usage`, `ToolInfo`,
+`Reasoning`).
 
 `openai` is imported only when an `OpenAIChatModel` is created, `anthropic` when an `AnthropicChatModel` is.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import ChatModel, ToolChoice
-from .schema import Message, ToolCall, ToolInfo, Usage, as_messages, concat_messages
+from .schema import Message, Reasoning, ToolCall, ToolInfo, Usage, as_messages, concat_messages
 
 _LAZY = {
     "OpenAIChatModel": ".openai",
@@ -35,6 +36,7 @@ __all__ = [
     "ToolCall",
     "ToolInfo",
     "Usage",
+    "Reasoning",
     "as_messages",
     "concat_messages",
     "OpenAIChatModel",

@@ -69,9 +69,10 @@ def model_error(exc: BaseException, *, model: str, server: str, api_key: str | N
         what = (f"the connection dropped ({_describe(exc)}) — retry" if during else
                 f"the connection failed ({_describe(exc)}) — retry; if it persists, check base_url and that "
                 "the server is running")
-    else:
-        retryable = False
-        what = f"{_describe(exc)} — the server sent something the client could not use; check the server's logs"
+    else:  # an answer the SDK, or the model class, cannot read: a proxy's glitch passes, so try again
+        retryable = True
+        what = (f"its answer could not be read ({_describe(exc)}) — retry; if it persists, check the server's logs "
+                "(and any proxy in between)")
     where = f" {during}" if during else ""
     error = ModelError(redact(f"model '{model}' at {server} failed{where}: {what}", api_key), status=status,
                        retryable=retryable, model=model)

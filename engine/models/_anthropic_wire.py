@@ -3,15 +3,18 @@
 Where the wire formats differ from chat completions:
 
 - system messages are one top-level `system` text, not messages;
-- an assistant turn is a list of content blocks: `text`, then one `tool_use` block per call, whose
-  `input` is a JSON object (the call's arguments parsed; arguments that are not a JSON object — a model's
-  earlier mistake, already answered with an error — are sent as `{}`);
+- an assistant turn is a list of content blocks: its `thinking` / `redacted_thinking` blocks (kept as the
+  message's `reasoning`, returned unchanged: the API requires them with tool use), `text`, then one
+  `tool_use` block per call, whose `input` is a JSON object (the call's arguments parsed; arguments that are
+  not a JSON object, or cannot be sent as one — nested deeper than `MAX_INPUT_DEPTH`, NaN, Infinity: a
+  model's earlier mistake, already answered with an error — are sent as `{}`);
 - tool results are `tool_result` blocks in a *user* turn; the results of one batch share that turn;
 - a streamed answer is a sequence of events (message_start, content_block_start/delta/stop,
   message_delta, message_stop) in which a tool call's arguments arrive as `input_json_delta` fragments;
 - finish reasons (`stop_reason`) are mapped to the chat-completions words the rest of Waypoint uses.
 
-Responses are read by attribute from the SDK's objects, so these functions work on any object of that shape.
+Responses are read by attribute from the SDK's objects, so these functions work on any object of that shape;
+one they cannot read raises (the model reports a `ModelError`).
 """
 
 from __future__ import annotations
@@ -21,27 +24,53 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._outgoing import depth
 from .base import ToolChoice
-from .schema import Message, ToolCall, ToolInfo, Usage
+from .schema import Message, Reasoning, ToolCall, ToolInfo, Usage
 
-__all__ = ["request", "message_from_response", "StreamReader", "FINISH"]
+__all__ = ["request", "message_from_response", "StreamReader", "FINISH", "MAX_INPUT_DEPTH"]
+
+MAX_INPUT_DEPTH = 128
+"""A `tool_use` input nested deeper than this is sent as `{}` (the model's arguments were unusable anyway)."""
+_PROVIDER = "anthropic"
 
 FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
           "pause_turn": "pause_turn", "refusal": "content_filter"}
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _input(arguments: str) -> dict[str, Any]:
+    """A call's arguments as the `input` object of its `tool_use` block: `{}` when they cannot be one."""
     try:
-        value = json.loads(arguments) if arguments and arguments.strip() else {}
-    except ValueError:  # invalid JSON, or an integer too long to parse
+        value = json.loads(arguments, parse_constant=_no_constant) if arguments and arguments.strip() else {}
+    except (ValueError, RecursionError):  # invalid JSON, NaN, a number too long, or nested past Python's limit
         return {}
-    return value if isinstance(value, dict) else {}
+    if not isinstance(value, dict) or depth(value, MAX_INPUT_DEPTH) > MAX_INPUT_DEPTH:
+        return {}
+    return value
+
+
+def _thinking(reasoning: Sequence[Reasoning]) -> list[dict[str, Any]]:
+    """The thinking blocks of an assistant turn, as Anthropic returned them (other providers' are left out)."""
+    blocks: list[dict[str, Any]] = []
+    for r in reasoning:
+        if r.provider != _PROVIDER:
+            continue
+        if r.kind == "redacted_thinking":
+            blocks.append({"type": "redacted_thinking", "data": r.data})
+        else:
+            blocks.append({"type": r.kind, "thinking": r.text, "signature": r.signature})
+    return blocks
 
 
 def _assistant(message: Message) -> dict[str, Any]:
-    if not message.tool_calls:
+    thinking = _thinking(message.reasoning)
+    if not message.tool_calls and not thinking:
         return {"role": "assistant", "content": message.content}
-    blocks: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
+    blocks = thinking + ([{"type": "text", "text": message.content}] if message.content else [])
     blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": _input(c.arguments)}
                for c in message.tool_calls]
     return {"role": "assistant", "content": blocks}
@@ -94,27 +123,43 @@ def _usage(raw: Any, output_tokens: int | None = None) -> Usage | None:
     return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
 
 
+def _reasoning(block: Any) -> Reasoning | None:
+    """A `thinking` / `redacted_thinking` block as `Reasoning` (None for any other block)."""
+    if block.type == "thinking":
+        return Reasoning(provider=_PROVIDER, kind="thinking", text=block.thinking or "",
+                         signature=block.signature or "")
+    if block.type == "redacted_thinking":
+        return Reasoning(provider=_PROVIDER, kind="redacted_thinking", data=block.data or "")
+    return None
+
+
 def message_from_response(response: Any) -> Message:
     """The assistant message of a whole (non-streamed) response; tool calls carry their position as index."""
-    text, calls = [], []
+    text, calls, reasoning = [], [], []
     for block in response.content or ():
         if block.type == "text":
             text.append(block.text or "")
         elif block.type == "tool_use":
             calls.append(ToolCall(id=block.id or "", name=block.name or "", index=len(calls),
                                   arguments=json.dumps(block.input if block.input is not None else {})))
+        elif (thought := _reasoning(block)) is not None:
+            reasoning.append(thought)
     return Message(role="assistant", content="".join(text), tool_calls=tuple(calls), usage=_usage(response.usage),
-                   finish_reason=FINISH.get(response.stop_reason or "", response.stop_reason))
+                   finish_reason=FINISH.get(response.stop_reason or "", response.stop_reason),
+                   reasoning=tuple(reasoning))
 
 
 @dataclass
 class StreamReader:
     """Turns the events of one streamed response into Waypoint chunks (`concat_messages` joins them into
-    what `message_from_response` returns for the same answer)."""
+    what `message_from_response` returns for the same answer). A thinking block is gathered from its deltas
+    and sent as one chunk when it ends."""
 
     prompt_usage: Any = None
     tools: dict[int, list[Any]] = field(default_factory=dict)
     """block index -> [position among the calls, arguments seen?, the start block's input]"""
+    thinking: dict[int, list[Any]] = field(default_factory=dict)
+    """block index -> [the start block, thinking text pieces, signature pieces]"""
     finished: bool = False
 
     def chunks(self, event: Any) -> list[Message]:
@@ -122,23 +167,41 @@ class StreamReader:
         if kind == "message_start":
             self.prompt_usage = getattr(event.message, "usage", None)
         elif kind == "content_block_start":
-            block = event.content_block
-            if block.type == "tool_use":
-                self.tools[event.index] = [len(self.tools), False, block.input]
-                return [_call(ToolCall(index=self.tools[event.index][0], id=block.id or "", name=block.name or ""))]
-            if block.type == "text" and block.text:
-                return [Message(role="assistant", content=block.text)]
+            return self._start(event)
         elif kind == "content_block_delta":
             return self._delta(event)
         elif kind == "content_block_stop":
-            slot = self.tools.get(event.index)
-            if slot is not None and not slot[1]:  # no argument fragments: the start block held them all
-                return [_call(ToolCall(index=slot[0], arguments=json.dumps(slot[2] if slot[2] is not None else {})))]
+            return self._stop(event)
         elif kind == "message_delta":
             reason = getattr(event.delta, "stop_reason", None)
             self.finished = self.finished or reason is not None
             usage = _usage(self.prompt_usage, getattr(getattr(event, "usage", None), "output_tokens", None) or 0)
             return [Message(role="assistant", finish_reason=FINISH.get(reason or "", reason), usage=usage)]
+        return []
+
+    def _start(self, event: Any) -> list[Message]:
+        block = event.content_block
+        if block.type == "tool_use":
+            self.tools[event.index] = [len(self.tools), False, block.input]
+            return [_call(ToolCall(index=self.tools[event.index][0], id=block.id or "", name=block.name or ""))]
+        if block.type == "text" and block.text:
+            return [Message(role="assistant", content=block.text)]
+        if block.type in ("thinking", "redacted_thinking"):
+            self.thinking[event.index] = [block, [], []]
+        return []
+
+    def _stop(self, event: Any) -> list[Message]:
+        slot = self.tools.get(event.index)
+        if slot is not None and not slot[1]:  # no argument fragments: the start block held them all
+            return [_call(ToolCall(index=slot[0], arguments=json.dumps(slot[2] if slot[2] is not None else {})))]
+        gathered = self.thinking.pop(event.index, None)
+        if gathered is not None:
+            start, text, signature = gathered
+            thought = _reasoning(start)
+            if thought is not None and thought.kind == "thinking":
+                thought = thought.model_copy(update={"text": thought.text + "".join(text),
+                                                     "signature": thought.signature + "".join(signature)})
+            return [Message(role="assistant", reasoning=(thought,))] if thought is not None else []
         return []
 
     def _delta(self, event: Any) -> list[Message]:
@@ -150,6 +213,11 @@ class StreamReader:
             if slot is not None and delta.partial_json:
                 slot[1] = True
                 return [_call(ToolCall(index=slot[0], arguments=delta.partial_json))]
+        gathered = self.thinking.get(event.index)
+        if gathered is not None and delta.type == "thinking_delta":
+            gathered[1].append(delta.thinking or "")
+        elif gathered is not None and delta.type == "signature_delta":
+            gathered[2].append(delta.signature or "")
         return []
 
 

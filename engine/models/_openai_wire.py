@@ -59,6 +59,8 @@ def usage_of(raw: Any) -> Usage | None:
 
 def message_from_completion(completion: Any) -> Message:
     """The assistant message of a whole (non-streamed) completion; tool calls carry their position as index."""
+    if not completion.choices:
+        raise ValueError("the answer holds no choices")
     choice = completion.choices[0]
     calls = tuple(
         ToolCall(id=c.id or "", name=c.function.name or "", arguments=c.function.arguments or "", index=i)

@@ -3,7 +3,8 @@
 The SDK is imported when the first `AnthropicChatModel` is created, not when this package is (it takes
 most of a second to import). As with `OpenAIChatModel`: the SDK's own retries are off (Waypoint's retry
 middleware decides from `ModelError.retryable`), there is one client per running event loop, and the API
-key never appears in an error. The wire format is in `_anthropic_wire.py`.
+key never appears in an error. The wire format is in `_anthropic_wire.py`; what goes out is made sendable
+(valid UTF-8, JSON only) by `_outgoing.py`, which `OpenAIChatModel` shares.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 from ..errors import ModelError
 from ._anthropic_errors import model_error
 from ._anthropic_wire import StreamReader, message_from_response, request
+from ._outgoing import accepted_arguments, build_request, server_of
 from ._per_loop import ClientPerLoop
 from .base import ToolChoice
-from .schema import Message, ToolInfo
+from .schema import Message, ToolInfo, tool_infos
 
 __all__ = ["AnthropicChatModel"]
 
@@ -31,8 +32,8 @@ class AnthropicChatModel:
 
     `api_key` defaults to `ANTHROPIC_API_KEY`, `base_url` to `ANTHROPIC_BASE_URL` or Anthropic's API.
     `max_tokens` is required by the API (default 4096). `extra` goes to every `messages.create` call
-    (`top_p=`, `stop_sequences=`, `thinking=`, `metadata=`, ...). Calls raise `ModelError` with
-    `status` and `retryable`.
+    (`stop_sequences=`, `thinking=`, `metadata=`, ...; a field the SDK does not take as an argument, such as
+    `top_p=`, goes in the request body as it is). Calls raise `ModelError` with `status` and `retryable`.
     """
 
     provider = "anthropic"  # gen_ai.provider.name, for tracing
@@ -41,12 +42,11 @@ class AnthropicChatModel:
                  timeout: float = 60.0, max_tokens: int = 4096, temperature: float | None = None,
                  **extra: Any) -> None:
         import anthropic
-        import httpx2
 
         self.name = model
         self.model = model
         self.base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or _DEFAULT_BASE_URL
-        self.server = urlsplit(self.base_url).netloc.rpartition("@")[2] or self.base_url  # never user:password
+        self.server = server_of(self.base_url)  # never user:password
         self.timeout = timeout
         self.max_tokens = max_tokens
         self.temperature = temperature
@@ -56,23 +56,27 @@ class AnthropicChatModel:
             raise ModelError(f"model '{model}' at {self.server}: no API key — set ANTHROPIC_API_KEY or pass "
                              "api_key=; for a local server or a proxy pass base_url=", model=model)
         self._api_key = key or _NO_KEY
-        self._errors = (anthropic.AnthropicError, httpx2.HTTPError)
+        self._accepted = accepted_arguments(anthropic.resources.messages.AsyncMessages.create)
         self._clients = ClientPerLoop(lambda: anthropic.AsyncAnthropic(
             api_key=self._api_key, base_url=self.base_url, timeout=timeout, max_retries=0))
 
     def __repr__(self) -> str:
-        return f"AnthropicChatModel(model={self.model!r}, base_url={self.base_url!r})"
+        return f"AnthropicChatModel(model={self.model!r}, server={self.server!r})"
 
     def _request(self, messages: Sequence[Message], tools: Sequence[ToolInfo] | None,
                  tool_choice: ToolChoice) -> dict[str, Any]:
-        names = [t.name for t in tools or ()]
-        if tool_choice not in ("auto", "required", "none") and tool_choice not in names:
-            raise ModelError(f"model '{self.name}' at {self.server}: tool_choice names tool '{tool_choice}', "
-                             f"but the tools offered are {names}; offer it or choose 'auto'", model=self.name)
-        out = {"model": self.model, "max_tokens": self.max_tokens, **request(messages, tools, tool_choice)}
-        if self.temperature is not None:
-            out["temperature"] = self.temperature
-        return {**out, **self.extra}
+        def build() -> dict[str, Any]:
+            offered = tool_infos(tools)  # a Tool made by @tool is offered by its ToolInfo
+            names = [t.name for t in offered]
+            if tool_choice not in ("auto", "required", "none") and tool_choice not in names:
+                raise ModelError(f"model '{self.name}' at {self.server}: tool_choice names tool '{tool_choice}', "
+                                 f"but the tools offered are {names}; offer it or choose 'auto'", model=self.name)
+            out = {"model": self.model, "max_tokens": self.max_tokens, **request(messages, offered, tool_choice)}
+            if self.temperature is not None:
+                out["temperature"] = self.temperature
+            return {**out, **self.extra}
+
+        return build_request(build, self._accepted, model=self.name, server=self.server)
 
     def _error(self, exc: BaseException, during: str = "") -> ModelError:
         return model_error(exc, model=self.name, server=self.server, api_key=self._api_key,
@@ -84,11 +88,11 @@ class AnthropicChatModel:
         body = self._request(messages, tools, tool_choice)
         client = await self._clients.get()
         try:
-            response = await client.messages.create(**body)
-        except self._errors as exc:
+            message = message_from_response(await client.messages.create(**body))
+        except Exception as exc:  # the SDK's errors, and an answer that the SDK or we cannot read
             error = self._error(exc)
         else:
-            return message_from_response(response)
+            return message
         raise error  # outside the except block: the original is chained only if it is free of the key
 
     async def stream(self, messages: Sequence[Message], *, tools: Sequence[ToolInfo] | None = None,
@@ -106,7 +110,7 @@ class AnthropicChatModel:
                         yield chunk
             finally:
                 await response.close()
-        except self._errors as exc:
+        except Exception as exc:  # as in generate(); a consumer that stops early raises GeneratorExit, not this
             error = self._error(exc, f"after {sent} streamed chunks" if sent else "")
         if error is None and not reader.finished:
             error = ModelError(
@@ -114,3 +118,4 @@ class AnthropicChatModel:
                 "stop_reason (the connection was cut short) — retry", retryable=True, model=self.name)
         if error is not None:
             raise error
+

@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 from ..errors import ModelError
 from ._openai_errors import model_error
+from ._outgoing import accepted_arguments, build_request, server_of
 from ._per_loop import ClientPerLoop
 from ._openai_wire import chunks_from_delta, message_from_completion, request_messages, request_tools
 from .base import ToolChoice
@@ -40,13 +40,12 @@ class OpenAIChatModel:
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
                  timeout: float = 60.0, temperature: float | None = None, **extra: Any) -> None:
-        import httpx
         import openai
 
         self.name = model
         self.model = model
         self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or _DEFAULT_BASE_URL
-        self.server = urlsplit(self.base_url).netloc.rpartition("@")[2] or self.base_url  # never user:password
+        self.server = server_of(self.base_url)  # never user:password
         self.timeout = timeout
         self.temperature = temperature
         self.extra = extra
@@ -56,24 +55,28 @@ class OpenAIChatModel:
                 f"model '{model}' at {self.server}: no API key — set OPENAI_API_KEY or pass api_key=; "
                 "for a local OpenAI-compatible server pass base_url=", model=model)
         self._api_key = key or _NO_KEY
-        self._errors = (openai.OpenAIError, httpx.HTTPError)
+        self._accepted = accepted_arguments(openai.resources.chat.completions.AsyncCompletions.create)
         self._clients = ClientPerLoop(lambda: openai.AsyncOpenAI(
             api_key=self._api_key, base_url=self.base_url, timeout=timeout, max_retries=0))
 
     def __repr__(self) -> str:
-        return f"OpenAIChatModel(model={self.model!r}, base_url={self.base_url!r})"
+        return f"OpenAIChatModel(model={self.model!r}, server={self.server!r})"
 
     def _request(self, messages: Sequence[Message], tools: Sequence[ToolInfo] | None,
                  tool_choice: ToolChoice) -> dict[str, Any]:
-        tools = tool_infos(tools)  # a Tool made by @tool is offered by its ToolInfo
-        names = [t.name for t in tools]
-        if tool_choice not in ("auto", "required", "none") and tool_choice not in names:
-            raise ModelError(f"model '{self.name}' at {self.server}: tool_choice names tool '{tool_choice}', "
-                             f"but the tools offered are {names}; offer it or choose 'auto'", model=self.name)
-        request = {"model": self.model, "messages": request_messages(messages), **request_tools(tools, tool_choice)}
-        if self.temperature is not None:
-            request["temperature"] = self.temperature
-        return {**request, **self.extra}
+        def build() -> dict[str, Any]:
+            offered = tool_infos(tools)  # a Tool made by @tool is offered by its ToolInfo
+            names = [t.name for t in offered]
+            if tool_choice not in ("auto", "required", "none") and tool_choice not in names:
+                raise ModelError(f"model '{self.name}' at {self.server}: tool_choice names tool '{tool_choice}', "
+                                 f"but the tools offered are {names}; offer it or choose 'auto'", model=self.name)
+            request = {"model": self.model, "messages": request_messages(messages),
+                       **request_tools(offered, tool_choice)}
+            if self.temperature is not None:
+                request["temperature"] = self.temperature
+            return {**request, **self.extra}
+
+        return build_request(build, self._accepted, model=self.name, server=self.server)
 
     def _error(self, exc: BaseException, during: str = "") -> ModelError:
         return model_error(exc, model=self.name, server=self.server, api_key=self._api_key,
@@ -85,11 +88,11 @@ class OpenAIChatModel:
         request = self._request(messages, tools, tool_choice)
         client = await self._clients.get()
         try:
-            completion = await client.chat.completions.create(**request)
-        except self._errors as exc:
+            message = message_from_completion(await client.chat.completions.create(**request))
+        except Exception as exc:  # the SDK's errors, and an answer that the SDK or we cannot read
             error = self._error(exc)
         else:
-            return message_from_completion(completion)
+            return message
         raise error  # outside the except block: the original is chained only if it is free of the key
 
     async def stream(self, messages: Sequence[Message], *, tools: Sequence[ToolInfo] | None = None,
@@ -109,7 +112,7 @@ class OpenAIChatModel:
                         yield chunk
             finally:
                 await response.close()
-        except self._errors as exc:
+        except Exception as exc:  # as in generate(); a consumer that stops early raises GeneratorExit, not this
             error = self._error(exc, f"after {sent} streamed chunks" if sent else "")
         if error is None and not finished:
             # The SDK ends quietly when a body stops early; an answer with no finish_reason was cut short.

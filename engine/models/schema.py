@@ -3,7 +3,7 @@
 Messages are frozen pydantic models registered with the codec under stable names, so a conversation
 in run-local state is stored as an append-only chain: an unchanged message is never encoded twice.
 A model that streams yields `Message` chunks; `concat_messages` joins them (content joins; tool-call
-fragments join by `index` into whole calls), and the engine uses it wherever a stream of messages
+fragments join by `index` into whole calls; reasoning blocks, each sent whole, follow one another), and the engine uses it wherever a stream of messages
 must become one value.
 """
 
@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict
 from ..serde import register_type
 from ..streams import register_concat
 
-__all__ = ["Message", "ToolCall", "Usage", "Role", "ToolInfo", "concat_messages", "as_messages", "tool_infos"]
+__all__ = ["Message", "ToolCall", "Usage", "Reasoning", "Role", "ToolInfo", "concat_messages", "as_messages",
+           "tool_infos"]
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -49,9 +50,25 @@ class Usage(BaseModel):
     total_tokens: int = 0
 
 
+@register_type(name="waypoint.Reasoning")
+class Reasoning(BaseModel):
+    """A block of a model's reasoning that its provider requires back, unchanged, with the turn it belongs to
+    (Anthropic's `thinking` blocks with their `signature`, `redacted_thinking` with its `data`). Kept on the
+    assistant `Message`, sent back only to the provider that wrote it, never part of `content`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    provider: str
+    kind: str
+    text: str = ""
+    signature: str = ""
+    data: str = ""
+
+
 @register_type(name="waypoint.Message")
 class Message(BaseModel):
-    """One chat message. `tool_call_id` and `name` identify the call a tool message answers."""
+    """One chat message. `tool_call_id` and `name` identify the call a tool message answers; `reasoning` holds
+    what a provider wants back with an assistant turn (a message stored before it existed reads as `()`)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -62,6 +79,7 @@ class Message(BaseModel):
     name: str | None = None
     usage: Usage | None = None
     finish_reason: str | None = None
+    reasoning: tuple[Reasoning, ...] = ()
 
     @classmethod
     def system(cls, content: str) -> Message:
@@ -122,6 +140,7 @@ def concat_messages(chunks: Sequence[Message]) -> Message:
         name=next((c.name for c in chunks if c.name), None),
         usage=next((c.usage for c in reversed(chunks) if c.usage is not None), None),
         finish_reason=next((c.finish_reason for c in reversed(chunks) if c.finish_reason), None),
+        reasoning=tuple(r for c in chunks for r in c.reasoning),
     )
 
 

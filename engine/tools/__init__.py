@@ -5,7 +5,7 @@ from .node import ToolBatch, ToolEvent, ToolsNode
 from .tool import BreakLoop, RetryAgentRun, StopAgentRun, Tool, ToolArgumentError, ToolContext, ToolInfo, tool
 from .verbs import Decision, Respond, Restart
 
-_MCP = ("MCPServerStdio", "MCPServerStreamableHTTP", "MCPTool", "MCPConnectionError")
+_MCP = ("MCPServerStdio", "MCPServerStreamableHTTP", "MCPTool", "MCPConnectionError", "MCPTimeoutError", "MCPAuthError")
 
 
 def __getattr__(name: str):

@@ -2,6 +2,7 @@
 
     python mcp_server.py JOURNAL                 # stdio
     python mcp_server.py JOURNAL --http PORT     # streamable HTTP on 127.0.0.1:PORT (path /mcp)
+    python mcp_server.py JOURNAL --http PORT TOKEN   # ... answering 401 without `Authorization: Bearer TOKEN`
 
 Every tool that does something appends a line to JOURNAL (`<tool> <args> <pid>`), so a test can count runs.
 `crash_once` kills the server in the middle of its first call (a marker file next to the journal remembers).
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.utilities.types import Image
 
 JOURNAL = Path(sys.argv[1])
@@ -49,14 +51,15 @@ def fail(reason: str) -> str:
 
 
 @server.tool()
-def crash_once(note: str) -> str:
-    """Dies in the middle of its first call; answers the next one."""
+def crash_once(note: str, ctx: Context) -> str:
+    """Dies in the middle of its first call; answers the next one (journals the idempotency key sent)."""
+    key = (ctx.request_context.meta or {}).get("waypoint/idempotency_key")
     marker = JOURNAL.with_suffix(".crashed")
     if not marker.exists():
         marker.write_text("1")
-        journal(f"crash_once {note} dying")
+        journal(f"crash_once {note} dying {key}")
         os._exit(3)
-    journal(f"crash_once {note}")
+    journal(f"crash_once {note} {key}")
     return f"survived {note}"
 
 
@@ -70,6 +73,49 @@ def picture() -> Image:
 def flood(n: int) -> str:
     """n characters of text."""
     return "x" * n
+
+
+@server.tool()
+def wait_for(note: str, path: str) -> str:
+    """Answers once the file `path` exists (a sync tool: the server runs it in a thread)."""
+    journal(f"wait_for {note}")
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return f"waited {note}"
+
+
+@server.tool()
+async def freeze(seconds: float) -> str:
+    """Blocks the server's event loop: the server answers nothing meanwhile."""
+    journal("freeze")
+    time.sleep(seconds)
+    return "thawed"
+
+
+@server.tool()
+def echo(data: dict) -> str:
+    """Echo."""
+    journal("echo")
+    return "echoed"
+
+
+@server.tool()
+def keyed(note: str, ctx: Context) -> str:
+    """Journals the idempotency key the client sent in the request's _meta."""
+    meta = ctx.request_context.meta or {}
+    journal(f"keyed {note} {meta.get('waypoint/idempotency_key')}")
+    return f"keyed {note}"
+
+
+REVOKED = []
+
+
+@server.tool()
+def revoke() -> str:
+    """From now on an HTTP server with a token answers 403."""
+    REVOKED.append(True)
+    return "revoked"
 
 
 @server.tool(name="bad name!")
@@ -88,8 +134,31 @@ _huge = server._tool_manager.get_tool("huge")
 _huge.parameters = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "y" * 100}
                                                      for i in range(1000)}}
 
+
+
+def guarded(app, token: str):
+    """`app` answering 401 to a request without the token, 403 to any once `revoke` ran."""
+    async def asgi(scope, receive, send):
+        if scope["type"] == "http":
+            given = dict(scope["headers"]).get(b"authorization", b"").decode()
+            status = 403 if REVOKED else 401 if given != f"Bearer {token}" else None
+            if status is not None:
+                await send({"type": "http.response.start", "status": status,
+                            "headers": [(b"content-type", b"application/json")]})
+                await send({"type": "http.response.body", "body": f'{{"error": "no: {given}"}}'.encode()})
+                return
+        await app(scope, receive, send)
+
+    return asgi
+
+
 if __name__ == "__main__":
-    if len(sys.argv) > 3 and sys.argv[2] == "--http":
+    if len(sys.argv) > 4 and sys.argv[2] == "--http":
+        import uvicorn
+
+        app = guarded(server.streamable_http_app(host="127.0.0.1"), sys.argv[4])
+        uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[3]), log_level="warning")
+    elif len(sys.argv) > 3 and sys.argv[2] == "--http":
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[3]))
     else:
         server.run()

@@ -314,7 +314,7 @@ async def test_a_timed_out_server_that_answers_nothing_any_more_is_dropped_when_
 
 BAD_ARGUMENTS = {
     "nested 300 deep": ('{"data": ' + '{"a":' * 300 + "1" + "}" * 300 + "}", "nest deeper than 64 levels"),
-    "nested 100,000 deep": ('{"data": ' + "[" * 100_000 + "]" * 100_000 + "}", "nest too deeply to read"),
+    "nested 100,000 deep": ('{"data": ' + "[" * 100_000 + "]" * 100_000 + "}", "too deeply to read"),
     "a lone surrogate": ('{"data": {"a": "\\ud800"}}', "not valid Unicode"),
     "NaN": ('{"data": {"a": NaN}}', "NaN or Infinity"),
     "too large": (json.dumps({"data": {"a": "x" * 1_100_000}}), "bytes, more than this tool takes"),

@@ -12,7 +12,7 @@ from typing import Any
 
 __all__ = ["find_agent", "AGENT_MODULES"]
 
-AGENT_MODULES = ("demo", *(f"ch{n:02d}" for n in range(1, 11)))
+AGENT_MODULES = ("demo", *(f"chapters.ch{n:02d}" for n in range(1, 11)))
 
 
 def find_agent(graph_name: str) -> Any:

@@ -1,7 +1,7 @@
 """`waypoint`: the command line entry point.
 
     waypoint demo                       the tour: an agent's approval, resumed by a new process
-    waypoint chapter N [options]        quickstart chapter N (1-10); also python -m waypoint.cmd.chNN
+    waypoint chapter N [options]        quickstart chapter N (1-10); also python -m waypoint.cmd.chapters.chNN
     waypoint runs list|show|history|resume|delete [options]   stored runs
     waypoint worker --db URL --graphs module:attr[,...]     run queued work (docs/scale-out.md)
     waypoint serve --db URL --agents module:attr[,...]      the HTTP service and approval page (docs/service.md)
@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return runs_main(argv[1:])
     if argv[:1] == ["chapter"] and len(argv) > 1 and argv[1].isdigit() and int(argv[1]) in CHAPTERS:
-        module = importlib.import_module(f".ch{int(argv[1]):02d}", __package__)
+        module = importlib.import_module(f".chapters.ch{int(argv[1]):02d}", __package__)
         return module.main(argv[2:])
     args = _parser().parse_args(argv)  # the demo, help, and the usage errors of the others
     from .demo import run_demo

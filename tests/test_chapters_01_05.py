@@ -29,7 +29,7 @@ def environ(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def chapter(n: int, *args: str, tmp_path: Path, stdin: str = "", cwd: Path | None = None,
             **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", f"waypoint.cmd.ch{n:02d}", *args], input=stdin, text=True,
+    return subprocess.run([sys.executable, "-m", f"waypoint.cmd.chapters.ch{n:02d}", *args], input=stdin, text=True,
                           capture_output=True, timeout=30, cwd=cwd or tmp_path, env=environ(tmp_path, **env))
 
 
@@ -42,7 +42,7 @@ def answers(stdout: str) -> list[str]:
 
 
 def stored_messages(db: Path, session: str) -> list[tuple[str, str]]:
-    from waypoint.cmd.ch03 import build_agent
+    from waypoint.cmd.chapters.ch03 import build_agent
     from waypoint.engine import Runner
     from waypoint.engine.models import OfflineModel
     from waypoint.stores import SQLiteStore
@@ -201,7 +201,7 @@ def test_ch03_ctrl_c_saves_the_session_and_the_next_process_finishes_the_turn(tm
     chat_server.push(Reply(content="a slow answer, cut off half-way " * 6, chunk_size=4, delay=0.1),
                      "The whole answer.", "And the next one.")
     env = environ(tmp_path, **openai_env(chat_server))
-    proc = subprocess.Popen([sys.executable, "-m", "waypoint.cmd.ch03", "--session", "s"], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "waypoint.cmd.chapters.ch03", "--session", "s"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
     try:
         proc.stdin.write(b"tell me slowly\n")

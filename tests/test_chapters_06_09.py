@@ -24,7 +24,7 @@ def environment(root: Path) -> dict[str, str]:
 
 
 def chapter(number: int, root: Path, *args: str, stdin: str = "", via_main: bool = False) -> subprocess.CompletedProcess:
-    command = ["waypoint.cmd.main", "chapter", str(number)] if via_main else [f"waypoint.cmd.ch{number:02d}"]
+    command = ["waypoint.cmd.main", "chapter", str(number)] if via_main else [f"waypoint.cmd.chapters.ch{number:02d}"]
     return subprocess.run([sys.executable, "-m", *command, *args], input=stdin, capture_output=True, text=True,
                           env=environment(root), cwd=root, timeout=60)
 
@@ -131,7 +131,7 @@ def test_ch08_answers_from_the_document_after_approval(tmp_path):
 def test_ch08_workflow_keeps_the_best_matching_passages(tmp_path):
     """The workflow itself (the CLI shows a tool result cut at 200 characters): what it keeps, in what order."""
     from waypoint.cmd.fstools import ProjectRoot
-    from waypoint.cmd.rag_workflow import build_rag
+    from waypoint.cmd.chapters.rag_workflow import build_rag
 
     root = project(tmp_path)
     (root / "notes.txt").write_text(NOTES)
@@ -201,7 +201,7 @@ def test_ch09_takeover_skips_the_wait(tmp_path):
 def test_ch09_does_not_take_over_a_session_a_live_process_runs(tmp_path):
     root = project(tmp_path)
     items = ", ".join(f"i{n}" for n in range(30))  # 9 s of work: still running when the second process looks
-    owner = subprocess.Popen([sys.executable, "-m", "waypoint.cmd.ch09", "--session", "s9"], stdin=subprocess.PIPE,
+    owner = subprocess.Popen([sys.executable, "-m", "waypoint.cmd.chapters.ch09", "--session", "s9"], stdin=subprocess.PIPE,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, env=environment(root),
                              cwd=root)
     try:

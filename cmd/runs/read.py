@@ -96,7 +96,7 @@ async def opened_store(db: str | Path) -> AsyncIterator[Any]:
             raise RunsError(f"cannot open the database at {_masked(text)}: {type(err).__name__}: "
                             f"{str(err)[:200]}; check --db") from None
     else:
-        from .console import open_store
+        from ..console import open_store
 
         path = Path(text.removeprefix("sqlite:///"))
         check_database(path)
@@ -125,7 +125,7 @@ def _register_types() -> None:
 
 def _register_command_types() -> None:
     """Import the command modules (the demo, the chapters), which may register types of their own."""
-    from .agents import AGENT_MODULES
+    from ..agents import AGENT_MODULES
 
     for name in AGENT_MODULES:
         with contextlib.suppress(Exception):  # a module that is missing or broken registers nothing

@@ -2,7 +2,7 @@
 cmd/rag_workflow.py) becomes the tool `answer_from_document(document, question)`, which the agent calls
 like any other — after you approve it, with chapter 7's prompt. `execute` still needs approval too.
 
-    waypoint chapter 8 [--session ID]     (or python -m waypoint.cmd.ch08)
+    waypoint chapter 8 [--session ID]     (or python -m waypoint.cmd.chapters.ch08)
     you> ask notes.txt about when are the backups made?
 """
 
@@ -17,10 +17,10 @@ from waypoint.engine.models import model_from_env
 from waypoint.middleware import ApprovalMiddleware, SafeToolMiddleware
 
 from .approval_prompt import approval_prompt
-from .chat_session import ChatSession, add_session_options
-from .console import Console, chapter_model, chapter_parser, open_store
-from .fstools import ProjectRoot
-from .project_agent import project_agent, project_instruction
+from .session import ChatSession, add_session_options
+from ..console import Console, chapter_model, chapter_parser, open_store
+from ..fstools import ProjectRoot
+from .project import project_agent, project_instruction
 from .rag_workflow import answer_from_document_tool
 
 __all__ = ["AGENT_NAME", "build_agent", "main"]

@@ -8,7 +8,7 @@ from typing import Any
 
 from waypoint.engine import ChatModelAgent
 
-from .fstools import ProjectRoot, execute_tool, filesystem_tools
+from ..fstools import ProjectRoot, execute_tool, filesystem_tools
 
 __all__ = ["project_instruction", "project_agent"]
 

@@ -18,8 +18,8 @@ from waypoint.engine import ChatModelAgent, Runner
 from waypoint.engine.models import model_from_env
 from waypoint.stores import MemoryStore
 
-from .chat import chat, guarded
-from .console import Console, chapter_model, chapter_parser
+from .chat_v1 import chat, guarded
+from ..console import Console, chapter_model, chapter_parser
 
 AGENT_NAME = "ch02"
 INSTRUCTION = "You are a helpful assistant."

@@ -26,10 +26,10 @@ from waypoint.engine import CompiledGraph, Graph, GraphInterrupted, WaypointErro
 from waypoint.engine.errors import clip, describe
 from waypoint.engine.loading import load_object
 
-from . import agents as _agents
-from .console import Console, print_events
-from .runs_read import RunsError, StoredRun, opened_store, read_run, read_version
-from .runs_render import as_json, clock, lease_alive, pending_json, plain, run_json
+from .. import agents as _agents
+from ..console import Console, print_events
+from .read import RunsError, StoredRun, opened_store, read_run, read_version
+from .render import as_json, clock, lease_alive, pending_json, plain, run_json
 
 __all__ = ["resume_command", "parse_answers", "load_target", "build_app"]
 

@@ -20,8 +20,8 @@ from typing import Any
 from waypoint.engine.resume import unescape_part
 from waypoint.middleware import ApprovalInfo, ApprovalResult
 
-from .chat_session import FAILED, QUIT, ChatSession
-from .console import read_line
+from .session import FAILED, QUIT, ChatSession
+from ..console import read_line
 
 __all__ = ["approval_prompt", "REJECTED"]
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from waypoint.engine import Message
 
-from .chat import guarded
-from .console import Console, chapter_model, chapter_parser
+from .chat_v1 import guarded
+from ..console import Console, chapter_model, chapter_parser
 
 USAGE = 'usage: waypoint chapter 1 "your question"'
 

@@ -10,7 +10,7 @@ that times every node of the agent's graph; after each turn the trace is printed
 `--log` adds `LoggingMiddleware`: one structured record per model call and per tool call (and at the start
 and end of a run), printed on stderr as `[log] {json}`.
 
-    waypoint chapter 6 [--log] [--session ID]     (or python -m waypoint.cmd.ch06)
+    waypoint chapter 6 [--log] [--session ID]     (or python -m waypoint.cmd.chapters.ch06)
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from waypoint.engine import Runner
 from waypoint.engine.models import model_from_env
 from waypoint.middleware import LoggingMiddleware
 
-from .chat_session import ChatSession, add_session_options
-from .console import Console, chapter_model, chapter_parser, open_store
-from .fstools import ProjectRoot
-from .project_agent import project_agent, project_instruction
+from .session import ChatSession, add_session_options
+from ..console import Console, chapter_model, chapter_parser, open_store
+from ..fstools import ProjectRoot
+from .project import project_agent, project_instruction
 
 __all__ = ["AGENT_NAME", "build_agent", "NodeTrace", "main"]
 

@@ -17,8 +17,8 @@ from typing import Any
 from waypoint.engine import ChatModelAgent, Runner
 from waypoint.engine.models import model_from_env
 
-from .chat import guarded, session_chat
-from .console import Console, chapter_model, chapter_parser
+from .chat_v1 import guarded, session_chat
+from ..console import Console, chapter_model, chapter_parser
 
 AGENT_NAME = "ch03"
 INSTRUCTION = "You are a helpful assistant."

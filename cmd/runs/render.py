@@ -16,8 +16,8 @@ from waypoint.engine import CheckpointMeta
 from waypoint.engine.errors import clip
 from waypoint.engine.jsonable import jsonable, message_json, output_json, tool_arguments
 
-from .console import Console, compact, hides, visible
-from .runs_read import Pending, StoredRun
+from ..console import Console, compact, hides, visible
+from .read import Pending, StoredRun
 
 __all__ = ["plain", "clock", "iso", "table", "lease_text", "meta_json", "run_json", "show_run"]
 

@@ -17,9 +17,9 @@ from typing import Any
 from waypoint.engine import ChatModelAgent, Runner
 from waypoint.engine.models import model_from_env
 
-from .chat import ChapterError, guarded, session_chat
-from .console import Console, chapter_model, chapter_parser
-from .fstools import ProjectRoot, execute_tool, filesystem_tools
+from .chat_v1 import ChapterError, guarded, session_chat
+from ..console import Console, chapter_model, chapter_parser
+from ..fstools import ProjectRoot, execute_tool, filesystem_tools
 
 AGENT_NAME = "ch04"
 MAX_ITERATIONS = 50  # a coding task takes many tool rounds; the bound only stops a model that loops

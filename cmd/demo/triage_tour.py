@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from .tour import history_table, process_main
+from .common import history_table, process_main
 
 DEFAULT_DB = Path(".waypoint") / "triage-demo.db"
 
@@ -49,7 +49,7 @@ def _picture() -> str:
 
 
 def _child(action: str, db: Path, checkpoint_id: str, arg: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "waypoint.cmd.triage_demo", action, str(db), checkpoint_id, arg]
+    cmd = [sys.executable, "-m", "waypoint.cmd.demo.triage_tour", action, str(db), checkpoint_id, arg]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
@@ -107,7 +107,7 @@ async def _resume(db: Path, checkpoint_id: str, answers: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return process_main("python -m waypoint.cmd.triage_demo", {"start": _start, "resume": _resume}, argv)
+    return process_main("python -m waypoint.cmd.demo.triage_tour", {"start": _start, "resume": _resume}, argv)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ from typing import Any
 
 from waypoint.engine import GraphMismatch, WaypointError
 
-from .console import Console, print_events, read_line
-from .fstools import ProjectRoot
+from ..console import Console, print_events, read_line
+from ..fstools import ProjectRoot
 
 __all__ = ["ChatSession", "add_session_options", "DONE", "QUIT", "FAILED"]
 

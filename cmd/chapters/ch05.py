@@ -31,9 +31,9 @@ from waypoint.engine.models import OfflineModel, model_from_env
 from waypoint.middleware import ModelRetryMiddleware, SafeToolMiddleware, ToolRetryMiddleware
 
 from .ch04 import MAX_ITERATIONS, check_root, default_instruction
-from .chat import guarded, session_chat
-from .console import Console, chapter_model, chapter_parser
-from .fstools import ProjectRoot, execute_tool, filesystem_tools
+from .chat_v1 import guarded, session_chat
+from ..console import Console, chapter_model, chapter_parser
+from ..fstools import ProjectRoot, execute_tool, filesystem_tools
 
 AGENT_NAME = "ch05"
 TOOL_RETRY = RetryPolicy(max_attempts=3, initial_interval=0.5, max_interval=5.0)

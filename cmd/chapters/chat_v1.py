@@ -24,7 +24,7 @@ from typing import Any
 
 from waypoint.engine import UnknownType
 
-from .console import Console, EventSummary, compact, default_db, open_store, print_events, read_line
+from ..console import Console, EventSummary, compact, default_db, open_store, print_events, read_line
 
 __all__ = ["chat", "turn", "session_chat", "session_title", "guarded", "ChapterError"]
 

@@ -4,7 +4,7 @@ calls need approval (chapter 7's prompt), and the question reaches the top: the 
 with the researcher's call, its arguments and its own interrupt ID. Approve it — now, or from another
 process days later — and the researcher goes on from where it paused, then the supervisor answers.
 
-    waypoint chapter 10 [--session ID]    (or python -m waypoint.cmd.ch10)
+    waypoint chapter 10 [--session ID]    (or python -m waypoint.cmd.chapters.ch10)
     you> ask the researcher to ask notes.txt about when do the backups run?
 """
 
@@ -19,10 +19,10 @@ from waypoint.engine.models import model_from_env
 from waypoint.middleware import ApprovalMiddleware, SafeToolMiddleware
 
 from .approval_prompt import approval_prompt
-from .chat_session import ChatSession, add_session_options
-from .console import Console, chapter_model, chapter_parser, open_store
-from .fstools import ProjectRoot
-from .project_agent import project_agent
+from .session import ChatSession, add_session_options
+from ..console import Console, chapter_model, chapter_parser, open_store
+from ..fstools import ProjectRoot
+from .project import project_agent
 from .rag_workflow import answer_from_document_tool
 
 __all__ = ["AGENT_NAME", "build_agent", "main"]

@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .console import Console, print_events
-from .tour import history_table, process_main
+from ..console import Console, print_events
+from .common import history_table, process_main
 
-__all__ = ["run_demo", "build_agent", "AGENT_NAME"]
+__all__ = ["run_agent_tour", "build_agent", "AGENT_NAME"]
 
 AGENT_NAME = "waypoint-demo"
 DEFAULT_DB = Path(".waypoint") / "demo.db"
@@ -38,19 +38,15 @@ def build_agent() -> Any:
     from waypoint.engine.models import model_from_env
     from waypoint.middleware import ApprovalMiddleware, SafeToolMiddleware
 
-    from .fstools import ProjectRoot, execute_tool
+    from ..fstools import ProjectRoot, execute_tool
 
     return ChatModelAgent(name=AGENT_NAME, model=model_from_env(), instruction=INSTRUCTION,
                           tools=[execute_tool(ProjectRoot())],
                           middlewares=[ApprovalMiddleware(tools={"execute"}), SafeToolMiddleware()])
 
 
-def run_demo(db: str | Path | None = None, *, triage: bool = False) -> int:
+def run_agent_tour(db: str | Path | None = None) -> int:
     """The whole tour; returns the exit code."""
-    if triage:
-        from .triage_demo import run_triage_demo
-
-        return run_triage_demo(Path(db) if db else Path(".waypoint") / "triage-demo.db")
     db = Path(db) if db else DEFAULT_DB
     console = Console()
     checkpoint_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -85,7 +81,7 @@ def _model_banner() -> str:
 
 def _child(console: Console, action: str, db: Path, checkpoint_id: str, arg: str) -> subprocess.CompletedProcess:
     """Run one process of the tour, showing its output indented as it was printed."""
-    cmd = [sys.executable, "-m", "waypoint.cmd.demo", action, str(db), checkpoint_id, arg]
+    cmd = [sys.executable, "-m", "waypoint.cmd.demo.agent_tour", action, str(db), checkpoint_id, arg]
     env = {**os.environ, **({"FORCE_COLOR": "1"} if console.color else {})}
     step = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     for line in step.stdout.splitlines():
@@ -162,7 +158,7 @@ def _color() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return process_main("python -m waypoint.cmd.demo", {"start": _start, "approve": _approve}, argv)
+    return process_main("python -m waypoint.cmd.demo.agent_tour", {"start": _start, "approve": _approve}, argv)
 
 
 if __name__ == "__main__":

@@ -29,9 +29,9 @@ from typing import Any
 from waypoint.engine import CheckpointCorrupted, WaypointError
 from waypoint.engine.errors import describe
 
-from .console import Console, default_db, visible
-from .runs_read import RunsError, opened_store, read_run, read_version
-from .runs_render import clock, lease_alive, meta_json, run_json, show_run, table
+from ..console import Console, default_db, visible
+from .read import RunsError, opened_store, read_run, read_version
+from .render import clock, lease_alive, meta_json, run_json, show_run, table
 
 __all__ = ["main", "build_parser"]
 
@@ -174,7 +174,7 @@ def _list_json(meta: Any, run: Any, problem: str | None) -> dict[str, Any]:
 async def _show(args: Any, console: Console, hint: str) -> int:
     serializer = None
     if args.graph:  # its module registers the state's types; a signed codec needs its key
-        from .runs_resume import build_app, load_target
+        from .resume import build_app, load_target
 
         target = load_target(args.graph)
     async with opened_store(args.db) as store:
@@ -208,7 +208,7 @@ def _origin(meta: Any) -> str:
 
 
 async def _resume(args: Any, console: Console, hint: str) -> int:
-    from .runs_resume import resume_command
+    from .resume import resume_command
 
     return await resume_command(args, console, hint)
 

@@ -35,10 +35,10 @@ from waypoint.engine.models import model_from_env
 from waypoint.engine.tools import ToolEvent
 from waypoint.middleware import SafeToolMiddleware
 
-from .chat_session import ChatSession, add_session_options
-from .console import Console, chapter_model, chapter_parser, open_store
-from .fstools import ProjectRoot
-from .project_agent import project_agent, project_instruction
+from .session import ChatSession, add_session_options
+from ..console import Console, chapter_model, chapter_parser, open_store
+from ..fstools import ProjectRoot
+from .project import project_agent, project_instruction
 
 __all__ = ["AGENT_NAME", "build_agent", "BatchPlanner", "RecoveryReport", "main"]
 

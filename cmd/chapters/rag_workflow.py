@@ -24,7 +24,7 @@ from typing import Any
 
 from waypoint.engine import END, START, Graph, NodeError, RetryAgentRun, Tool, tool
 
-from .fstools import ProjectRoot
+from ..fstools import ProjectRoot
 
 __all__ = ["build_rag", "answer_from_document_tool", "TOP_K", "MIN_SCORE"]
 

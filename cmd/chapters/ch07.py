@@ -3,7 +3,7 @@ any command runs, the chapter asks `Approve this action? (y/n): `, and the answe
 pause is stored: quit at the prompt (Ctrl-D) and start the chapter again with the same `--session` — the
 same question comes back first, and an approved command runs once.
 
-    waypoint chapter 7 [--session ID]     (or python -m waypoint.cmd.ch07)
+    waypoint chapter 7 [--session ID]     (or python -m waypoint.cmd.chapters.ch07)
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from waypoint.engine.models import model_from_env
 from waypoint.middleware import ApprovalMiddleware, SafeToolMiddleware
 
 from .approval_prompt import approval_prompt
-from .chat_session import ChatSession, add_session_options
-from .console import Console, chapter_model, chapter_parser, open_store
-from .fstools import ProjectRoot
-from .project_agent import project_agent, project_instruction
+from .session import ChatSession, add_session_options
+from ..console import Console, chapter_model, chapter_parser, open_store
+from ..fstools import ProjectRoot
+from .project import project_agent, project_instruction
 
 __all__ = ["AGENT_NAME", "build_agent", "main"]
 

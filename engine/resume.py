@@ -34,7 +34,8 @@ from .scope import _TASK, current_task
 __all__ = ["ResumeRequest", "get_interrupt_state", "get_interrupt_info", "get_resume_context", "address_segment",
            "segment_of", "escape_part", "unescape_part", "pause_again", "get_interrupt_id", "answers_below",
            "answered_earlier", "retire_failed_answers",
-           "pending_interrupt_ids", "static_pauses", "awaits_answer", "has_static_pause", "interrupt_info"]
+           "pending_interrupt_ids", "static_pauses", "awaits_answer", "record_awaits", "has_static_pause",
+           "interrupt_info"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,7 +118,17 @@ def pending_interrupt_ids(pos: RunPosition, address: str, answered: frozenset[st
 
 def awaits_answer(pos: RunPosition) -> bool:
     """True when some paused task (here or nested) needs `resume=`; static pauses need none."""
-    return any(r.child is None or awaits_answer(r.child) for r in pos.interrupts.values())
+    return any(record_awaits(r) for r in pos.interrupts.values())
+
+
+def record_awaits(record: InterruptRecord) -> bool:
+    """Whether this paused task still waits for an answer. A run nested in it (a subgraph's, an agent tool's)
+    that was answered and went on before its process stopped waits on nothing: the task continues it."""
+    if record.child is not None:
+        return awaits_answer(record.child)
+    if record.subs:
+        return any(record_awaits(s) for s in record.subs)
+    return True
 
 
 def has_static_pause(pos: RunPosition) -> bool:
@@ -263,11 +274,13 @@ def get_resume_context(T: Any = None) -> tuple[bool, bool, Any]:
     """
     scope = _scope_or_error("get_resume_context")
     request: ResumeRequest | None = scope.resume
-    if request is None:
-        return False, False, None
     record = _own(scope)
     if record is not None and record.child is not None:  # a nested run paused here: a target if a pause in it is
-        return request.targets(record), False, None
+        if not record_awaits(record):  # it went on past its pause before its process stopped: continue it
+            return True, False, None
+        return request is not None and request.targets(record), False, None
+    if request is None:
+        return False, False, None
     if record is not None and record.answered:  # answered in an earlier pass of this call: still its answer
         if not _targets_below(scope, request):
             return False, False, None

@@ -26,7 +26,7 @@ from .interrupts import Interrupt, new_interrupt_id
 from .merge import merge_values
 from .node_calls import cancel_all, in_daemon_thread, maybe_await, raised_for, take_key
 from .position import InterruptRecord, RunPosition
-from .resume import has_static_pause, resumed_records
+from .resume import has_static_pause, record_awaits, resumed_records
 from .scope import _TASK, TaskScope, current_task
 from .shape import CNode, GraphShape
 from .streams import Chunks, to_chunks, to_value
@@ -173,6 +173,8 @@ class Run:
         record = pos.interrupts.get(key)
         if record is not None:  # paused last time: runs again only if targeted (static pauses: always)
             if record.child is not None and has_static_pause(record.child):
+                return True
+            if not record_awaits(record):  # a nested run in it went on past its pause: continue it
                 return True
             return self.resume is not None and self.resume.targets(record)
         if key in self.graph.interrupt_before and key not in pos.released:

@@ -19,6 +19,7 @@ from waypoint.engine import (
     GraphBuildError,
     GraphInterrupted,
     GraphMismatch,
+    NodeError,
     LoopAgent,
     Message,
     ParallelAgent,
@@ -400,3 +401,125 @@ async def test_a_failed_resume_inside_an_agent_tool_asks_again_under_a_new_id():
     assert again.id != first.id and again.address == first.address
     last = await events_of(runner.resume_with_params("f", {again.id: ApprovalResult(approved=True)}))
     assert last[-1].action.exit and ran == ["q"]
+
+
+async def test_a_nested_run_that_failed_after_its_answer_continues_without_asking_again(tmp_path):
+    """supervisor -> AgentTool(researcher) -> search under approval: the approved search runs, then the
+    researcher's next model call fails once. The failed run goes on from the researcher's last saved step:
+    nobody is asked again, and search does not run again (it used to be stuck with nothing to answer)."""
+    from waypoint.stores import SQLiteStore
+
+    ran = []
+
+    @tool
+    def search(query: str, ctx: ToolContext) -> str:
+        """Search."""
+        ran.append(ctx.idempotency_key)
+        return f"found {query}"
+
+    class FailsOnce(Asks):
+        failed = False
+
+        async def generate(self, messages, tools=None, **kw):
+            if messages[-1].role == "tool" and not FailsOnce.failed:
+                FailsOnce.failed = True
+                raise RuntimeError("provider 503")
+            return await super().generate(messages, tools=tools, **kw)
+
+    store = SQLiteStore(tmp_path / "runs.db")
+    researcher = ChatModelAgent(name="researcher", model=FailsOnce("researcher", [[["search", {"query": "x"}]]]),
+                                tools=[search], middlewares=[ApprovalMiddleware(tools={"search"})])
+    boss = ChatModelAgent(name="boss", model=Asks("boss", [[["researcher", {"request": "q"}]]]),
+                          tools=[AgentTool(researcher)])
+    runner = Runner(boss, store=store)
+    (pause,) = paused(await events_of(runner.run("go", checkpoint_id="t")))
+    events = await events_of(runner.resume_with_params("t", {pause.id: ApprovalResult(approved=True)}))
+    assert any(e.error for e in events) and len(ran) == 1
+    snap = await runner.app.get_run("t")
+    assert snap.meta.status == "failed" and snap.interrupts.contexts == ()  # nothing to answer: it just goes on
+    events = await events_of(runner.resume("t"))
+    assert events[-1].action is not None and events[-1].action.exit
+    assert not any(e.action is not None and e.action.interrupted is not None for e in events)
+    assert (await store.history("t", limit=1))[0].status == "completed" and len(ran) == 1
+    await store.close()
+
+
+async def test_a_subgraph_that_failed_after_its_answer_continues_without_asking_again():
+    from waypoint.engine import END, START, Graph, Interrupt, get_resume_context
+    from waypoint.stores import MemoryStore
+
+    calls = []
+
+    async def ask(x):
+        target, has_data, data = get_resume_context()
+        if not (target and has_data):
+            raise Interrupt({"question": "go?"})
+        calls.append("ask")
+        return x
+
+    async def work(x):
+        calls.append("work")
+        if calls.count("work") == 1:
+            raise RuntimeError("transient")
+        return x + 1
+
+    inner = Graph(name="inner")
+    inner.add_node("ask", ask)
+    inner.add_node("work", work)
+    inner.add_edge(START, "ask")
+    inner.add_edge("ask", "work")
+    inner.add_edge("work", END)
+    outer = Graph(name="outer")
+    outer.add_node("inner", inner.compile())
+    outer.add_edge(START, "inner")
+    outer.add_edge("inner", END)
+    app = outer.compile(store=MemoryStore())
+    with pytest.raises(GraphInterrupted) as paused_at:
+        await app.ainvoke(1, checkpoint_id="g")
+    (ctx,) = paused_at.value.info.contexts
+    with pytest.raises(NodeError):
+        await app.ainvoke(None, checkpoint_id="g", resume={ctx.id: "yes"})
+    assert await app.ainvoke(None, checkpoint_id="g") == 2
+    assert calls == ["ask", "work", "work"]  # asked once; only the failed node ran again
+
+
+async def test_a_nested_run_that_went_on_is_continued_beside_a_sibling_call_that_is_answered():
+    """The agent tool's run went on past its answered pause, then failed; its sibling call still waits. Answering
+    the sibling continues both: the agent tool from its saved step, without a new question."""
+    ran = []
+
+    @tool
+    def search(query: str) -> str:
+        """Search."""
+        ran.append("search")
+        return f"found {query}"
+
+    @tool
+    def deploy(target: str) -> str:
+        """Deploy."""
+        ran.append("deploy")
+        return f"deployed {target}"
+
+    class FailsOnce(Asks):
+        failed = False
+
+        async def generate(self, messages, tools=None, **kw):
+            if messages[-1].role == "tool" and not FailsOnce.failed:
+                FailsOnce.failed = True
+                raise RuntimeError("provider 503")
+            return await super().generate(messages, tools=tools, **kw)
+
+    researcher = ChatModelAgent(name="researcher", model=FailsOnce("researcher", [[["search", {"query": "x"}]]]),
+                                tools=[search], middlewares=[ApprovalMiddleware(tools={"search"})])
+    boss = ChatModelAgent(name="boss", model=Asks("boss", [[["researcher", {"request": "q"}], ["deploy", {"target": "t"}]]]),
+                          tools=[AgentTool(researcher), deploy], middlewares=[ApprovalMiddleware(tools={"deploy"})])
+    runner = Runner(boss, store=MemoryStore())
+    pending = {classify_interrupt(c).tool: c.id for c in paused(await events_of(runner.run("go", checkpoint_id="s")))}
+    events = await events_of(runner.resume_with_params("s", {pending["search"]: ApprovalResult(approved=True)}))
+    assert any(e.error for e in events) and ran == ["search"]  # the researcher failed after its search
+    snap = await runner.app.get_run("s")
+    (left,) = snap.interrupts.contexts
+    assert classify_interrupt(left).tool == "deploy"
+    events = await events_of(runner.resume_with_params("s", {left.id: ApprovalResult(approved=True)}))
+    assert events[-1].action is not None and events[-1].action.exit, [e.error for e in events if e.error]
+    assert sorted(ran) == ["deploy", "search"]

@@ -451,6 +451,7 @@ class _Session:
 
     async def _save_stopped(self, status: str, error: str, *, shield: bool = False) -> None:
         """Store a failed or cancelled run at its last finished step (never with that step's changes)."""
+        error = _storable(error)  # an error may quote a model's text: any text must be storable
         if self.durability == "step" or self.snapshot is None:
             save = self.cp.mark(status, error=error)
         else:
@@ -496,6 +497,12 @@ class _Progress:
 async def _after(lock: asyncio.Lock, save: Any) -> Any:
     async with lock:
         return await save
+
+
+def _storable(text: str) -> str:
+    """`text` as every store can keep it: valid UTF-8 (an unpaired surrogate as `\\udXXX`), no NUL, clipped."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
+    return text if len(text) <= 4000 else text[:4000] + "..."
 
 
 def _clock(t: float) -> str:

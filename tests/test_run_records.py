@@ -299,3 +299,21 @@ async def test_a_checkpoint_id_no_store_could_keep_is_refused_before_anything_is
     with pytest.raises(WaypointError, match="checkpoint_id"):
         await g.compile(store=store).ainvoke(1, checkpoint_id=cid)
     assert await store.list() == []
+
+
+async def test_an_error_quoting_any_text_is_stored_and_the_run_is_failed(store):
+    """An error message may quote a model's text: an unpaired surrogate or a NUL in it must not keep the run
+    from being stored as failed (it stayed `running` on a lease nobody renewed)."""
+    from waypoint.engine import END, START, Graph, NodeError
+
+    def boom(x):
+        raise RuntimeError(f"cannot run {x}")
+
+    g = Graph(name="err")
+    g.add_node("a", boom)
+    g.add_edge(START, "a")
+    g.add_edge("a", END)
+    with pytest.raises(NodeError):
+        await g.compile(store=store).ainvoke("ls \ud800 \x00", checkpoint_id="e")
+    (head,) = await store.history("e", limit=1)
+    assert head.status == "failed" and "cannot run ls \\ud800 \\x00" in head.error

@@ -189,7 +189,7 @@ def test_ch03_finishes_a_turn_that_failed_before_the_next_one(tmp_path, chat_ser
     out = chapter(3, "--session", "s", tmp_path=tmp_path, stdin="first\nsecond\nthird\n\n", **openai_env(chat_server))
     assert out.returncode == 0, out.stderr
     assert out.stderr.count("[error] NodeError: node 'model' failed: ModelError") == 2
-    assert out.stderr.count("[resume] the last turn did not finish (failed: ") == 2
+    assert out.stdout.count("The last turn of this session did not finish (failed: ") == 2
     assert "CheckpointExists" not in out.stderr  # "second" was not sent, since the failed turn could not be finished
     assert out.stderr.count("[error] the last turn failed again, so this message was not sent") == 1
     assert answers(out.stdout) == ["Answer to the first.", "Answer to the third."]
@@ -210,8 +210,9 @@ def test_ch03_ctrl_c_saves_the_session_and_the_next_process_finishes_the_turn(tm
         while b"[assistant] a sl" not in seen and (chunk := proc.stdout.read1(1024)):
             seen += chunk
         meanwhile = chapter(3, "--session", "s", tmp_path=tmp_path, stdin="hello?\n\n")  # a second terminal
-        assert re.search(r"^\[error\] session 's' is held by another process until \d\d:\d\d:\d\d, so this message "
-                         r"was not sent", meanwhile.stderr, re.M), meanwhile.stderr
+        assert re.search(r"^error: session s is in use by another process \(.*, lease until \d\d:\d\d:\d\d\); close that "
+                         r"chapter first$", meanwhile.stderr, re.M), meanwhile.stderr
+        assert meanwhile.returncode == 1 and "you>" not in meanwhile.stdout  # refused before anything ran
         proc.send_signal(signal.SIGINT)  # while the answer streams
         out, err = proc.communicate(timeout=20)
     finally:
@@ -222,7 +223,7 @@ def test_ch03_ctrl_c_saves_the_session_and_the_next_process_finishes_the_turn(tm
     assert b"Traceback" not in err
 
     again = chapter(3, "--session", "s", tmp_path=tmp_path, stdin="and then?\n\n", **openai_env(chat_server))
-    assert "[resume] the last turn did not finish (cancelled); finishing it first" in again.stderr
+    assert "The last turn of this session did not finish (cancelled); continuing it" in again.stdout
     assert answers(again.stdout) == ["The whole answer.", "And the next one."]
     assert [m["content"] for m in chat_server.bodies[-1]["messages"]][1:] == [
         "tell me slowly", "The whole answer.", "and then?"]
@@ -240,8 +241,21 @@ def test_ch03_errors_are_one_line(tmp_path):
     plain_run(tmp_path / "waypoint.db", "job-1")
     job = chapter(3, "--session", "job-1", tmp_path=tmp_path, stdin="hi\n\n")
     assert job.returncode == 1 and job.stderr.splitlines()[1:] == [
-        "error: checkpoint 'job-1' holds a run that is not a chat session; pick another --session, or leave it out "
-        "to start a new one"]
+        "error: checkpoint 'job-1' holds a run that is not a chat session of chapter 3; it belongs to 'plain'; pick "
+        "another --session, or leave it out to start a new one"]
+
+
+def test_ch03_refuses_a_session_another_chapters_agent_wrote(tmp_path):
+    """A session is a run of one agent: chapter 3 does not continue chapter 2's, 4's or the demo's run (it used
+    to, and changed the run's graph)."""
+    (tmp_path / "project").mkdir()
+    four = chapter(4, "--session", "shared", tmp_path=tmp_path, stdin="list .\n\n", PROJECT_ROOT=str(tmp_path / "project"))
+    assert four.returncode == 0, four.stderr
+    three = chapter(3, "--session", "shared", tmp_path=tmp_path, stdin="hello\n\n")
+    assert three.returncode == 1 and three.stderr.splitlines()[1:] == [
+        "error: checkpoint 'shared' holds a run that is not a chat session of chapter 3; it belongs to 'ch04'; "
+        "pick another --session, or leave it out to start a new one"]
+    assert stored_messages(tmp_path / "waypoint.db", "shared")[-1][0] == "assistant"  # untouched
 
 
 def plain_run(db: Path, checkpoint_id: str) -> None:

@@ -186,13 +186,13 @@ def test_ch09_a_killed_turn_resumes_without_rerunning_finished_calls(tmp_path):
     assert beta[0].split("key ")[1].split(",")[0] == beta[1].split("key ")[1].split(",")[0]  # same idempotency key
 
 
-def test_ch09_takeover_skips_the_wait(tmp_path):
+def test_ch09_a_dead_process_on_this_host_is_taken_over_at_once(tmp_path):
     root = project(tmp_path)
     first = chapter(9, root, "--session", "s9", "--crash-after", "0", stdin="process one\n")
     assert first.returncode == -signal.SIGKILL
-    second = chapter(9, root, "--session", "s9", "--takeover", stdin="")
+    second = chapter(9, root, "--session", "s9", stdin="")
     assert second.returncode == 0, second.stderr
-    assert "Taking the session over" in second.stdout and "Waiting" not in second.stdout
+    assert "is gone: taking it over" in second.stdout  # a dead process on this host: no wait, no flag needed
     assert "[tool result] processed one" in second.stdout
     assert [line.split()[0] for line in (root / "batch.log").read_text().splitlines()] == [
         "started", "started", "finished"]

@@ -15,7 +15,7 @@ from typing import Any
 
 from waypoint.engine import Message
 
-from .chat_v1 import guarded
+from .session import guarded
 from ..console import Console, chapter_model, chapter_parser
 
 USAGE = 'usage: waypoint chapter 1 "your question"'

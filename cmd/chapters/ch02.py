@@ -9,7 +9,6 @@ the mechanism chapter 3 persists — only the store changes. An empty line or th
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -18,8 +17,8 @@ from waypoint.engine import ChatModelAgent, Runner
 from waypoint.engine.models import model_from_env
 from waypoint.stores import MemoryStore
 
-from .chat_v1 import chat, guarded
 from ..console import Console, chapter_model, chapter_parser
+from .session import ChatSession, guarded
 
 AGENT_NAME = "ch02"
 INSTRUCTION = "You are a helpful assistant."
@@ -39,10 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def body() -> int:
         agent = build_agent(instruction=args.instruction, model=chapter_model(console))
         runner = Runner(agent, store=MemoryStore(), streaming=True)
-        console.line("Enter your message (empty line to exit):")
-        with asyncio.Runner() as loop:
-            chat(runner, console, loop, CHAT_ID)
-        return 0
+        return ChatSession(number=2, runner=runner, console=console, stored=False).main(CHAT_ID)
 
     return guarded(console, body)
 

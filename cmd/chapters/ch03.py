@@ -17,8 +17,8 @@ from typing import Any
 from waypoint.engine import ChatModelAgent, Runner
 from waypoint.engine.models import model_from_env
 
-from .chat_v1 import guarded, session_chat
-from ..console import Console, chapter_model, chapter_parser
+from ..console import Console, chapter_model, chapter_parser, open_store
+from .session import ChatSession, add_session_options, guarded
 
 AGENT_NAME = "ch03"
 INSTRUCTION = "You are a helpful assistant."
@@ -31,13 +31,13 @@ def build_agent(*, instruction: str = INSTRUCTION, model: Any = None) -> ChatMod
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = chapter_parser(3, "A chat whose sessions are stored: resume one with --session.", session=True)
-    args = parser.parse_args(argv)
+    args = add_session_options(parser).parse_args(argv)
     console = Console()
 
     def body() -> int:
         agent = build_agent(instruction=args.instruction, model=chapter_model(console))
-        return session_chat(lambda store: Runner(agent, store=store, streaming=True), console, chapter=3,
-                            session=args.session, db=args.db)
+        runner = Runner(agent, store=open_store(args.db), streaming=True)
+        return ChatSession(number=3, runner=runner, console=console, takeover=args.takeover, db=args.db).main(args.session)
 
     return guarded(console, body)
 

@@ -30,10 +30,10 @@ from waypoint.engine import ChatModelAgent, Message, RetryPolicy, Runner, Tool, 
 from waypoint.engine.models import OfflineModel, model_from_env
 from waypoint.middleware import ModelRetryMiddleware, SafeToolMiddleware, ToolRetryMiddleware
 
-from .ch04 import MAX_ITERATIONS, check_root, default_instruction
-from .chat_v1 import guarded, session_chat
-from ..console import Console, chapter_model, chapter_parser
-from ..fstools import ProjectRoot, execute_tool, filesystem_tools
+from ..console import Console, chapter_model, chapter_parser, open_store
+from ..fstools import ProjectRoot, execute_tool
+from .project import check_root, project_agent, project_instruction
+from .session import ChatSession, add_session_options, guarded
 
 AGENT_NAME = "ch05"
 TOOL_RETRY = RetryPolicy(max_attempts=3, initial_interval=0.5, max_interval=5.0)
@@ -110,9 +110,9 @@ def build_agent(*, instruction: str | None = None, model: Any = None, root: Proj
     model = model or model_from_env()
     if isinstance(model, OfflineModel):
         model = StatusPhrasing(model)
-    return ChatModelAgent(
-        name=AGENT_NAME, model=model, instruction=instruction or default_instruction(root),
-        tools=[*filesystem_tools(root), strict_execute(root), fetch_status], max_iterations=MAX_ITERATIONS,
+    return project_agent(
+        AGENT_NAME, model=model, root=root, instruction=instruction, tools=[fetch_status],
+        execute=strict_execute(root),  # this chapter's execute raises when the command fails
         middlewares=[SafeToolMiddleware(),  # outermost: sees only what the retry layer gave up on
                      ToolRetryMiddleware(TOOL_RETRY, tools=RETRIED_TOOLS),
                      ModelRetryMiddleware(MODEL_RETRY)])
@@ -121,15 +121,16 @@ def build_agent(*, instruction: str | None = None, model: Any = None, root: Proj
 def main(argv: Sequence[str] | None = None) -> int:
     root = ProjectRoot()
     parser = chapter_parser(5, "Chapter 4's agent with safe-tool and retry middleware.", session=True,
-                            instruction=default_instruction(root))
-    args = parser.parse_args(argv)
+                            instruction=project_instruction(root))
+    args = add_session_options(parser).parse_args(argv)
     console = Console()
 
     def body() -> int:
         check_root(root)
         agent = build_agent(instruction=args.instruction, model=chapter_model(console), root=root)
-        return session_chat(lambda store: Runner(agent, store=store, streaming=True), console, chapter=5,
-                            session=args.session, db=args.db, banners=[f"Project root: {root.root}"])
+        runner = Runner(agent, store=open_store(args.db), streaming=True)
+        return ChatSession(number=5, runner=runner, console=console, banners=[f"Project root: {root.root}"],
+                           takeover=args.takeover, db=args.db).main(args.session)
 
     return guarded(console, body)
 

@@ -119,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                  + ("on ([log] on stderr)" if args.log else "off (pass --log)"), "dim")
     trace = NodeTrace()
     runner = Runner(agent, store=open_store(args.db), streaming=True, callbacks=[trace], lease_seconds=LEASE_SECONDS)
-    session = ChatSession(number=6, runner=runner, console=console, root=root, takeover=args.takeover,
+    session = ChatSession(number=6, runner=runner, console=console,
+                          banners=[f"Project root: {root.root}"], db=args.db, takeover=args.takeover,
                           after_turn=lambda: trace.report(console))
     return session.main(args.session)
 

@@ -46,7 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console()
     agent = build_agent(model=chapter_model(console), instruction=args.instruction, root=root)
     runner = Runner(agent, store=open_store(args.db), streaming=True, lease_seconds=LEASE_SECONDS)
-    session = ChatSession(number=8, runner=runner, console=console, root=root, on_pause=approval_prompt,
+    session = ChatSession(number=8, runner=runner, console=console,
+                          banners=[f"Project root: {root.root}"], db=args.db, on_pause=approval_prompt,
                           takeover=args.takeover)
     return session.main(args.session)
 

@@ -5,7 +5,7 @@ and the ones that had not started run for the first time.
 
     waypoint chapter 9 --session demo --crash-after 1
     you> process alpha, beta and gamma          (the process kills itself as the 2nd call starts)
-    waypoint chapter 9 --session demo           (waits for the dead process's lease, then resumes)
+    waypoint chapter 9 --session demo           (its process is gone: the turn is taken over and resumed)
 
 `process_item` is a slow tool with a side effect: a `started ...` and a `finished ...` line in
 PROJECT_ROOT/batch.log. The calls of one turn run one after another (`sequential_tools=True`), so "after
@@ -179,7 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     agent = build_agent(model=model, instruction=args.instruction, root=root, crash_after=args.crash_after)
     report = RecoveryReport()
     runner = Runner(agent, store=open_store(args.db), streaming=True, callbacks=[report], lease_seconds=LEASE_SECONDS)
-    session = ChatSession(number=9, runner=runner, console=console, root=root, takeover=args.takeover,
+    session = ChatSession(number=9, runner=runner, console=console,
+                          banners=[f"Project root: {root.root}"], db=args.db, takeover=args.takeover,
                           after_turn=lambda: report.report(console))
     return session.main(args.session)
 

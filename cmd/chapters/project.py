@@ -1,5 +1,5 @@
-"""The agent chapters 6–10 build on (chapter 4's): filesystem tools and `execute`, confined to PROJECT_ROOT,
-plus whatever tools and middlewares a chapter adds."""
+"""The project agent chapters 4–10 build on: filesystem tools and `execute`, confined to PROJECT_ROOT, plus
+whatever tools and middlewares a chapter adds."""
 
 from __future__ import annotations
 
@@ -9,8 +9,19 @@ from typing import Any
 from waypoint.engine import ChatModelAgent
 
 from ..fstools import ProjectRoot, execute_tool, filesystem_tools
+from .session import ChapterError
 
-__all__ = ["project_instruction", "project_agent"]
+__all__ = ["project_instruction", "project_agent", "check_root", "MAX_ITERATIONS"]
+
+MAX_ITERATIONS = 50
+"""A coding task takes many tool rounds; the bound only stops a model that loops."""
+
+
+def check_root(root: ProjectRoot) -> None:
+    """`PROJECT_ROOT` (default: the working directory, made absolute) must be a directory."""
+    if not root.root.is_dir():
+        raise ChapterError(f"the project root {root.root} is not a directory; set PROJECT_ROOT to your project's "
+                           "directory (or unset it to use the working directory)")
 
 
 def project_instruction(root: ProjectRoot) -> str:
@@ -21,9 +32,11 @@ def project_instruction(root: ProjectRoot) -> str:
 
 
 def project_agent(name: str, *, model: Any, root: ProjectRoot, instruction: str | None = None,
-                  tools: Sequence[Any] = (), middlewares: Sequence[Any] = (), **options: Any) -> ChatModelAgent:
+                  tools: Sequence[Any] = (), middlewares: Sequence[Any] = (), execute: Any = None,
+                  **options: Any) -> ChatModelAgent:
     """A `ChatModelAgent` named `name` with the project tools (`ls`, `read_file`, `write_file`, `edit_file`,
-    `glob`, `grep`, `execute`) and `tools`; `options` go to `ChatModelAgent`."""
+    `glob`, `grep`, and `execute` — or the `execute` tool given) and `tools`; `options` go to `ChatModelAgent`."""
+    options.setdefault("max_iterations", MAX_ITERATIONS)
     return ChatModelAgent(name=name, model=model, instruction=instruction or project_instruction(root),
-                          tools=[*filesystem_tools(root), execute_tool(root), *tools],
+                          tools=[*filesystem_tools(root), execute or execute_tool(root), *tools],
                           middlewares=middlewares, **options)

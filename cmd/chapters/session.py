@@ -1,109 +1,170 @@
-"""The console session of chapters 6–10: banners, the `you> ` loop on a stored session, what each turn came
-to, and picking up a session that did not end cleanly.
+"""The chat of chapters 2–10: `you> ` turns on one stored session, and a session that did not end cleanly.
 
-A session ID is the checkpoint ID of the agent's run in the SQLite file: a completed run continues the
-conversation on the next message. Before the loop, a session that did not end cleanly is dealt with:
-a pending pause is shown first (a chapter's `on_pause` answers it: chapter 7's approval prompt); a run
-that was cut off — its process died, Ctrl-C cancelled it, or its turn failed — is resumed from its last
-saved step. A run still marked `running` belongs to the process holding its lease: the session waits for
-the lease to expire (a dead process renews nothing), or takes the run over at once with `--takeover`.
+A session ID is the checkpoint ID of the agent's run: a completed run continues the conversation on the
+next message (chapter 2 keeps it in memory, chapters 3 on in the SQLite file). A turn that did not finish
+is dealt with when the session opens and again before each new message (docs/decisions.md, "One chat
+session"):
+
+- paused, waiting for a person: the chapter's `on_pause` answers it (the approval prompt of chapters 7,
+  8 and 10); a chapter without one says how to answer it with `waypoint runs resume`;
+- running under a live lease: if its owner is a process on this host that is gone, the session takes the
+  run over at once; if the owner is alive, the session is refused in one line (`--takeover` is for an owner
+  on another machine that you know is dead);
+- cut off (its process died and its lease expired, Ctrl-C cancelled it, or the turn failed): it continues
+  from its last saved step; finished tool calls do not run again.
+
+A turn that fails is reported and kept: the next message finishes it first. Ctrl-C cancels the turn (the
+engine saves it at its last finished step) and ends the chat; the session says how to come back to it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import shlex
+import sqlite3
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from waypoint.engine import GraphMismatch, WaypointError
+from waypoint.engine import GraphMismatch, UnknownType, WaypointError
+from waypoint.engine.owners import OwnerState, owner_state
 
-from ..console import Console, print_events, read_line
-from ..fstools import ProjectRoot
+from ..console import Console, compact, default_db, print_events, read_line
 
-__all__ = ["ChatSession", "add_session_options", "DONE", "QUIT", "FAILED"]
+__all__ = ["ChatSession", "ChapterError", "add_session_options", "guarded", "DONE", "QUIT", "FAILED", "BUSY"]
 
 DONE = "done"
-"""The turn (or the recovery) ended: the loop goes on."""
+"""The turn (or the catching up) ended: the chat goes on."""
 QUIT = "quit"
 """The user left at a prompt (EOF): the run stays where it is, the chapter exits (status 0)."""
 FAILED = "failed"
-"""The turn failed or cannot go on: the chapter exits with status 1; the session keeps the turn."""
+"""The turn failed or cannot go on: the session keeps it; the next message (or the next start) finishes it."""
 BUSY = "busy"
-"""Another live process runs the session: this one exits with status 1 and touches nothing."""
+"""A live process runs the session: this one touches nothing and exits with status 1."""
 
-TITLE_LIMIT = 60
+TITLE_LENGTH = 60
 
 PauseHandler = Callable[["ChatSession", Any], Awaitable[str]]
+
+
+class ChapterError(Exception):
+    """Something the user can fix (a flag, an environment variable); its message says how."""
+
+
+def guarded(console: Console, body: Callable[[], int]) -> int:
+    """Run a chapter: Ctrl-C exits 130; an error is one line on stderr and exit 1, never a traceback."""
+    try:
+        return body()
+    except KeyboardInterrupt:
+        console.line()
+        return 130
+    except ChapterError as err:
+        console.note(f"error: {err}", "red")
+        return 1
+    except Exception as err:  # the CLI's edge: whatever went wrong, say it in one line
+        console.note(f"error: {compact(f'{type(err).__name__}: {err}', 500)}", "red")
+        return 1
 
 
 def add_session_options(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """`--takeover`, next to `chapter_parser`'s `--session`."""
     parser.add_argument("--takeover", action="store_true",
-                        help="resume a session left running by a process you know is dead, without waiting "
-                             "for its lease to expire")
+                        help="continue a session left running by a process on another machine that you know is "
+                             "dead, without waiting for its lease to expire")
     return parser
 
 
 class ChatSession:
-    """One chapter's chat on one stored session. `run(session)` is the whole conversation."""
+    """One chapter's chat on one session. `main(session)` is the whole conversation; its exit status."""
 
-    def __init__(self, *, number: int, runner: Any, console: Console, root: ProjectRoot,
+    def __init__(self, *, number: int, runner: Any, console: Console, banners: Sequence[str] = (),
                  on_pause: PauseHandler | None = None, after_turn: Callable[[], None] | None = None,
-                 takeover: bool = False) -> None:
+                 takeover: bool = False, stored: bool = True, db: Path | None = None) -> None:
         self.number = number
         self.runner = runner
         self.console = console
-        self.root = root
+        self.banners = tuple(banners)
         self.on_pause = on_pause
         self.after_turn = after_turn
         self.takeover = takeover
+        self.stored = stored
+        """False for chapter 2: one conversation in memory, no session to name or come back to."""
+        self.db = db
         self.session_id = ""
         self._said_goodbye = False
 
     def main(self, session: str | None) -> int:
-        """Run the session to its end; the exit status. Ctrl-C keeps the session (its run is saved as
-        cancelled, and resumed next time)."""
-        try:
-            return asyncio.run(self.run(session))
-        except KeyboardInterrupt:
-            self.console.line()
-            self.console.note("Interrupted.")
-            if self.session_id and not self._said_goodbye:
-                self.goodbye()
-            return 130
-
-    async def run(self, session: str | None) -> int:
+        """Run the session to its end; the exit status. Input is read outside the event loop, which runs
+        one turn at a time: Ctrl-C at the prompt ends the chat at once, and during a turn cancels it (saved
+        as cancelled, continued next time)."""
+        if session is not None and not session.strip():
+            self.console.note("error: --session needs an ID (leave it out to start a new session)", "red")
+            return 1
         self.session_id = session or str(uuid.uuid4())
-        try:
-            snap = await self.runner.app.get_run(self.session_id) if session else None
-            self._banners(snap)
-            outcome = await self._recover(snap) if snap is not None else DONE
-            if outcome == DONE:
-                outcome = await self._loop()
-            if outcome == BUSY:
+        with asyncio.Runner() as loop:
+            try:
+                outcome = loop.run(self._start())
+                if outcome in (DONE, FAILED):
+                    outcome = self._chat(loop)
+                if outcome != BUSY and self.stored:
+                    loop.run(self.goodbye())
+                return 1 if outcome in (BUSY, FAILED) else 0
+            except KeyboardInterrupt:
+                self.console.line()
+                loop.run(_stop_the_rest())
+                if self.stored and not self._said_goodbye:
+                    loop.run(self.goodbye())
+                return 130
+            except (ChapterError, WaypointError) as err:
+                if isinstance(err, GraphMismatch):
+                    err = ChapterError(f"session {self.session_id} was not written by chapter {self.number}'s agent; "
+                                       f"open it with the chapter that created it, or start a new session ({err})")
+                self.console.note(f"error: {err}", "red")
                 return 1
-        except GraphMismatch as err:
-            self.console.note(f"error: session {self.session_id} was not written by chapter {self.number}'s agent; "
-                              f"open it with the chapter that created it, or start a new session ({err})", "red")
-            return 1
-        except WaypointError as err:
-            self.console.note(f"error: {err}", "red")
-            return 1
-        finally:
-            await self.runner.store.close()
-        if outcome == FAILED:
-            self.console.note("This turn did not finish; the session keeps it where it stopped: the command below "
-                              "tries it again.", "yellow")
-        self.goodbye()
-        return 1 if outcome == FAILED else 0
+            finally:
+                loop.run(self.runner.store.close())
 
-    def goodbye(self) -> None:
+    async def _start(self) -> str:
+        snap = await self._open()
+        return await self.catch_up(snap) if snap is not None else DONE
+
+    def _chat(self, loop: asyncio.Runner) -> str:
+        self.console.line("Enter your message (empty line to exit):")
+        outcome = DONE
+        while True:
+            text = read_line(self.console)
+            if text is None or not text.strip():
+                return outcome
+            outcome = loop.run(self._message(text))
+            if outcome in (QUIT, BUSY):
+                return outcome
+
+    async def _message(self, text: str) -> str:
+        """One message: the last turn first if it did not finish, then this one."""
+        snap = await self.runner.app.get_run(self.session_id)
+        if snap is not None and snap.meta.status != "completed":
+            outcome = await self.catch_up(snap)
+            if outcome in (QUIT, BUSY):
+                return outcome
+            if outcome == FAILED:
+                self.console.note("[error] the last turn failed again, so this message was not sent: fix the cause "
+                                  "and send it again (the turn is tried first), or start a new session", "red")
+                return FAILED
+        return await self.play(self.runner.run(text, checkpoint_id=self.session_id))
+
+    async def goodbye(self) -> None:
         self._said_goodbye = True
+        if await self.runner.app.get_run(self.session_id) is None:
+            self.console.line(f"Session {self.session_id} is empty: nothing was saved.")
+            return
+        again = f"waypoint chapter {self.number} --session {shlex.quote(self.session_id)}"
+        if self.db is not None:
+            again += f" --db {shlex.quote(str(self.db))}"
         self.console.line(f"Session saved: {self.session_id}")
-        self.console.line(f"Resume with: waypoint chapter {self.number} --session {self.session_id}")
+        self.console.line(f"Resume with: {again}")
 
     async def play(self, events: Any) -> str:
         """Print a run's events as they come; then what they came to (a pause goes to `on_pause`)."""
@@ -116,35 +177,8 @@ class ChatSession:
             return await self._paused(summary.interrupted)
         return DONE
 
-    # --- inside -----------------------------------------------------------------------------------------
-
-    def _banners(self, snap: Any) -> None:
-        if snap is None:
-            self.console.line(f"Created new session: {self.session_id}", "bold")
-        else:
-            self.console.line(f"Resuming session: {self.session_id}", "bold")
-        self.console.line(f"Session title: {_title(snap)}")
-        self.console.line(f"Project root: {self.root.root}")
-
-    async def _loop(self) -> str:
-        self.console.line("Enter your message (empty line to exit):")
-        while True:
-            text = read_line(self.console)
-            if text is None or not text.strip():
-                return DONE
-            outcome = await self.play(self.runner.run(text, checkpoint_id=self.session_id))
-            if outcome != DONE:
-                return outcome
-
-    async def _paused(self, info: Any) -> str:
-        if self.on_pause is None:
-            self.console.note(f"error: the run paused ({info}); chapter {self.number} cannot answer that — "
-                              f"resume it with `waypoint runs resume {self.session_id}`", "red")
-            return FAILED
-        return await self.on_pause(self, info)
-
-    async def _recover(self, snap: Any) -> str:
-        """Before the loop: answer a pending pause, or continue a turn that was cut off."""
+    async def catch_up(self, snap: Any) -> str:
+        """A turn that did not finish: answer its pause, or continue it from its last saved step."""
         meta = snap.meta
         if meta.status == "completed":
             return DONE
@@ -152,47 +186,80 @@ class ChatSession:
             self.console.line("This session is paused, waiting for you:")
             return await self._paused(snap.interrupts)
         takeover = False
-        if meta.status == "running":
-            if not await self._wait_for_lease(meta):
+        if meta.status == "running" and (meta.lease_expires or 0) > time.time():
+            takeover = self._may_take_over(meta)
+            if takeover is None:
                 return BUSY
-            takeover, why = self.takeover, "its process stopped while it ran"
+            why = "its process stopped while it ran"
+        elif meta.status == "running":
+            why = "its process stopped while it ran"
+        elif meta.error == "cancelled":
+            why = "cancelled"
         else:
-            why = meta.error or meta.status
+            why = f"failed: {compact(meta.error or meta.status, 120)}"
         self.console.line(f"The last turn of this session did not finish ({why}); continuing it from its last "
                           "saved step:", "yellow")
-        return await self.play(self.runner.resume(self.session_id, takeover=takeover))
+        return await self.play(self.runner.resume(self.session_id, takeover=bool(takeover)))
 
-    async def _wait_for_lease(self, meta: Any) -> bool:
-        """True once the run may be taken over: `--takeover`, or its owner's lease expired unrenewed."""
-        left = (meta.lease_expires or 0) - time.time()
-        if left <= 0:
+    # --- inside -----------------------------------------------------------------------------------------
+
+    async def _open(self) -> Any:
+        not_a_chat = ChapterError(f"checkpoint '{self.session_id}' holds a run that is not a chat session of "
+                                  f"chapter {self.number}; pick another --session, or leave it out to start a new one")
+        try:
+            snap = await self.runner.app.get_run(self.session_id)  # even for a new ID: a bad database says so now
+        except UnknownType:  # its state holds types no chapter registers
+            raise not_a_chat from None
+        except sqlite3.Error as err:
+            raise ChapterError(f"cannot use the database {self.db or default_db()} ({err}); pass --db with the path "
+                               "of a file you can write") from None
+        if snap is not None and (snap.graph != self.runner.agent.name
+                                 or not isinstance(getattr(snap.state, "messages", None), list)):
+            other = f"; it belongs to '{snap.graph}'" if snap.graph else ""
+            raise ChapterError(f"checkpoint '{self.session_id}' holds a run that is not a chat session of chapter "
+                               f"{self.number}{other}; pick another --session, or leave it out to start a new one")
+        if self.stored:
+            self.console.line(f"{'Resuming' if snap else 'Created new'} session: {self.session_id}", "bold")
+            self.console.line(f"Session title: {_title(snap)}")
+        for line in self.banners:
+            self.console.line(line)
+        return snap
+
+    async def _paused(self, info: Any) -> str:
+        if self.on_pause is None:
+            self.console.note(f"error: the run paused ({info}); chapter {self.number} cannot answer that — answer it "
+                              f"with `waypoint runs resume {self.session_id}`", "red")
+            return BUSY
+        return await self.on_pause(self, info)
+
+    def _may_take_over(self, meta: Any) -> bool | None:
+        """True to take the run over now, False when it may just be continued; None: a live process has it."""
+        state = owner_state(meta.lease_owner)
+        if state is OwnerState.DEAD:
+            self.console.line(f"The process that ran this session ({meta.lease_owner}) is gone: taking it over.")
             return True
-        if self.takeover:
+        if state is OwnerState.UNKNOWN and self.takeover:
             self.console.line(f"Taking the session over from process {meta.lease_owner} at once (--takeover).")
             return True
-        self.console.line(f"The session is marked running by process {meta.lease_owner}, whose lease runs until "
-                          f"{_clock(meta.lease_expires)}.")
-        self.console.line(f"Waiting {left:.1f} s for the lease to expire (a dead process does not renew it; "
-                          "--takeover skips the wait)...")
-        await asyncio.sleep(left + 0.1)
-        now = await self.runner.app.get_run(self.session_id)
-        if now is not None and now.meta.status == "running" and now.meta.lease_expires == meta.lease_expires:
-            self.console.line("The lease expired: taking the session over.")
-            return True
-        self.console.note(f"error: session {self.session_id} is in use by another process ({meta.lease_owner} "
-                          "renewed its lease or finished the turn); close that chapter first, or pass --takeover "
-                          "if you know it is dead", "red")
-        return False
+        until = time.strftime("%H:%M:%S", time.localtime(meta.lease_expires))
+        hint = "" if state is not OwnerState.UNKNOWN else (", or pass --takeover if you know that machine's "
+                                                          "process is dead")
+        self.console.note(f"error: session {self.session_id} is in use by another process ({meta.lease_owner}, "
+                          f"lease until {until}); close that chapter first{hint}", "red")
+        return None
+
+
+async def _stop_the_rest() -> None:
+    """Cancel the run Ctrl-C left behind, and wait while the engine saves it as cancelled."""
+    await asyncio.sleep(0)
+    others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
 
 
 def _title(snap: Any) -> str:
+    """The first user text, cut to 60 characters (`New Session` if there is none yet)."""
     messages = (getattr(snap.state, "messages", None) or []) if snap is not None else []
     first = next((m.content for m in messages if m.role == "user" and m.content), None)
-    if first is None:
-        return "New Session"
-    first = " ".join(first.split())
-    return first if len(first) <= TITLE_LIMIT else first[:TITLE_LIMIT] + "..."
-
-
-def _clock(at: float | None) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(at)) if at else "?"
+    return " ".join(first.split())[:TITLE_LENGTH] if first else "New Session"

@@ -28,6 +28,12 @@ Cases (the number is the iteration count; the growth curve uses it50 / it100 / i
   it200-normal        as it200, both connections at synchronous=NORMAL (LangGraph: `PRAGMA
                       synchronous=NORMAL` run on the saver's connection)
   it200-full          as it200, both at synchronous=FULL (Waypoint: `SQLiteStore(synchronous="FULL")`)
+  it3000, it3000-dicts  the long run (6,000 steps): does a step's cost grow with the history? (Waypoint
+                      only: LangGraph's quadratic rewrite makes it impractical)
+  …-reduce            the same graph written LangGraph's way: `messages: Annotated[list, add_messages]`,
+                      nodes return `Update({"messages": [msg], ...})` instead of appending to the state
+
+`--iters N` overrides a case's iteration count (`--case it200 --iters 3000` is `it3000`).
 
     python -m bench.b2_agent_loop --impl waypoint --case it200
 """
@@ -47,16 +53,17 @@ from typing import Annotated, Any
 from bench._harness import child_parser, emit, error_payload
 from bench._stores import temp_db
 
-CASES = ("it50", "it100", "it200", "it200-normal", "it200-full", "it200-dicts")
+CASES = ("it50", "it100", "it200", "it200-normal", "it200-full", "it200-dicts", "it3000", "it3000-dicts",
+         "it3000-reduce", "it3000-dicts-reduce")
 WARMUP_ITERATIONS = 3
 CONTENT = 480  # characters of content: the message is ~500 bytes once encoded
 
 
-def parse_case(case: str) -> tuple[int, str, bool]:
-    """(iterations, synchronous setting or "" for the library's own default, dict messages?)."""
-    head, _, sync = case.partition("-")
-    dicts = sync == "dicts"
-    return int(head.removeprefix("it")), "" if dicts else sync.upper(), dicts
+def parse_case(case: str) -> tuple[int, str, bool, bool]:
+    """(iterations, synchronous setting or "" for the library's own default, dict messages?, reducers?)."""
+    head, *flags = case.split("-")
+    sync = next((f.upper() for f in flags if f in ("normal", "full")), "")
+    return int(head.removeprefix("it")), sync, "dicts" in flags, "reduce" in flags
 
 
 def msg(role: str, turn: int) -> dict[str, Any]:
@@ -96,10 +103,10 @@ def figures(wall_ns: int, stamps: list[int], iterations: int, size: int) -> dict
 # --------------------------------------------------------------------------- Waypoint
 
 
-def run_waypoint(iterations: int, sync: str, dicts: bool = False) -> dict[str, Any]:
-    from dataclasses import dataclass, field
+def run_waypoint(iterations: int, sync: str, dicts: bool = False, reduce: bool = False) -> dict[str, Any]:
+    from dataclasses import dataclass, field, make_dataclass
 
-    from waypoint.engine import END, START, Graph, Message
+    from waypoint.engine import END, START, Graph, Message, Update, add_messages
     from waypoint.engine.serde import register_type
     from waypoint.stores import SQLiteStore
 
@@ -109,6 +116,11 @@ def run_waypoint(iterations: int, sync: str, dicts: bool = False) -> dict[str, A
         messages: list[Any] = field(default_factory=list)
         turns: int = 0
 
+    # Made with make_dataclass: the annotations must be objects (this module postpones them, and a class
+    # made inside a function cannot have its string annotations resolved).
+    ReducedChat = register_type(name="bench.ReducedChat")(make_dataclass("ReducedChat", [
+        ("messages", Annotated[list[Any], add_messages], field(default_factory=list)), ("turns", int, 0)]))
+
     def message(role: str, turn: int) -> Any:
         if dicts:
             return msg(role, turn)
@@ -116,15 +128,20 @@ def run_waypoint(iterations: int, sync: str, dicts: bool = False) -> dict[str, A
                        tool_call_id=f"call_{turn}" if role == "tool" else None)
 
     def build(path: Path, n: int, stamps: list[int]) -> tuple[Any, Any]:
-        g = Graph(name="b2", state=Chat)
+        g = Graph(name="b2", state=ReducedChat if reduce else Chat)
 
-        def model(x: int, state: Chat) -> int:
+        def model(x: int, state: Any) -> Any:
             stamps.append(time.perf_counter_ns())
+            if reduce:
+                turn = state.turns + 1
+                return Update({"messages": [message("assistant", turn)], "turns": turn}, output=turn)
             state.turns += 1
             state.messages.append(message("assistant", state.turns))
             return state.turns
 
-        def tool(x: int, state: Chat) -> int:
+        def tool(x: int, state: Any) -> Any:
+            if reduce:
+                return Update({"messages": [message("tool", state.turns)]}, output=x)
             state.messages.append(message("tool", state.turns))
             return x
 
@@ -223,20 +240,25 @@ def run_langgraph(iterations: int, sync: str) -> dict[str, Any]:
         clean()
 
 
-def measure(impl: str, case: str) -> dict[str, Any]:
-    iterations, sync, dicts = parse_case(case)
+def measure(impl: str, case: str, iters: int | None = None) -> dict[str, Any]:
+    iterations, sync, dicts, reduce = parse_case(case)
+    iterations = iters or iterations
+    if impl == "langgraph" and iterations > 1000:  # quadratic: 3,000 iterations write ~9 GB
+        return {"na": "LangGraph rewrites the whole list per step: too slow beyond 1,000 iterations"}
     if impl == "waypoint":
         sync = "" if sync == "NORMAL" else sync  # NORMAL is the store's default
-        return run_waypoint(iterations, sync, dicts)
+        return run_waypoint(iterations, sync, dicts, reduce)
     sync = "" if sync == "FULL" else sync  # FULL is sqlite's (and so SqliteSaver's) default
     return run_langgraph(iterations, sync)
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = child_parser(CASES, __doc__).parse_args(argv)
+    parser = child_parser(CASES, __doc__)
+    parser.add_argument("--iters", type=int, default=None, help="iterations (overrides the case's count)")
+    args = parser.parse_args(argv)
     os.environ.setdefault("LANGSMITH_TRACING", "false")
     try:
-        payload = measure(args.impl, args.case)
+        payload = measure(args.impl, args.case, args.iters)
     except Exception as exc:  # noqa: BLE001 - a benchmark reports, it does not crash the table
         if not args.json:
             import traceback

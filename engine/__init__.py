@@ -27,6 +27,7 @@ from .events import Event
 from .graph import END, START, Graph
 from .interrupts import CompositeInterrupt, Interrupt, InterruptCtx, InterruptInfo, StatefulInterrupt
 from .merge import register_merge
+from .reducers import Update, add_messages, append
 from .nodes import Component, Lambda
 from .resume import (
     address_segment,
@@ -113,6 +114,9 @@ __all__ = [
     "Event",
     "register_merge",
     "register_concat",
+    "Update",
+    "append",
+    "add_messages",
     "Interrupt",
     "StatefulInterrupt",
     "CompositeInterrupt",

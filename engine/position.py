@@ -22,6 +22,8 @@ after a step and reading it back in another process is all a resume needs:
   stored with the claim so that a crash after it continues with the same answers (cleared at the next
   pause and at the end).
 - `static_ids`: the interrupt ID of each static pause (`"before:<node>"` / `"after:<node>"`).
+- `writers`: DAG only, `{state field: node}` — the last node that wrote each state field without a
+  reducer, so a later writer that may have run in parallel with it is refused (engine/reducers.py).
 - `output` and `done` once the run has reached END.
 """
 
@@ -73,5 +75,6 @@ class RunPosition:
     ledger: int = 0
     lineage: str = ""
     answers: dict[str, Any] | None = None
+    writers: dict[str, str] = field(default_factory=dict)
     done: bool = False
     output: Any = None

@@ -25,6 +25,7 @@ from .interrupts import Interrupt, new_interrupt_id
 from .merge import merge_values
 from .node_calls import cancel_all, in_daemon_thread, maybe_await, raised_for, take_key
 from .position import InterruptRecord, RunPosition
+from .reducers import StateJournal, Update, apply_writes
 from .resume import has_static_pause, resumed_records
 from .scope import _TASK, TaskScope, current_task
 from .shape import CNode, GraphShape
@@ -42,15 +43,17 @@ class RunInterrupted(BaseException):
 
 
 class _Done:
-    """A finished task: its output and the targets its edges and branches chose."""
+    """A finished task: its output, the targets its edges and branches chose, and its state writes."""
 
-    __slots__ = ("node", "output", "targets", "interrupt")
+    __slots__ = ("node", "output", "targets", "interrupt", "writes")
 
-    def __init__(self, node: CNode, output: Any, targets: tuple[str, ...], interrupt: BaseException | None = None):
+    def __init__(self, node: CNode, output: Any, targets: tuple[str, ...], interrupt: BaseException | None = None,
+                 writes: list[dict[str, Any]] | None = None):
         self.node = node
         self.output = output
         self.targets = targets
         self.interrupt = interrupt
+        self.writes = writes
 
 
 class Run:
@@ -90,6 +93,8 @@ class Run:
         self.token = os.urandom(8).hex()  # tells unstored runs apart (idempotency keys)
         self.place = self.address  # a subgraph's: its parent task's place (TaskScope.place)
         self.offload_sync = True  # sync node code runs on a thread (False under invoke(): the loop is the run's own)
+        self.reducers = graph.reducers  # a subgraph sharing its parent's state takes the parent's (and journal)
+        self.journal = StateJournal(owned=graph.reducers.owned)
         self._pause_saved = False
 
     # --- phase 1: start or restore ---------------------------------------------------------------
@@ -238,6 +243,7 @@ class Run:
                 )
             self._before_step()
             results = await self._submit_all(tasks)
+            self._write(results)
             for done in results:
                 self._apply(done)
             if not pos.interrupts:
@@ -313,11 +319,45 @@ class Run:
                 error = error or outcome
                 continue
             try:
+                self._write([outcome])
+            except GraphRunError as err:  # its writes cannot be applied: the task counts as failed
+                error = error or err
+                continue
+            try:
                 self._apply(outcome)
             except GraphRunError as err:  # a fan-in could not merge: its inputs stay in the inbox
                 error = error or err
             self.pos.step += 1
         return error
+
+    def _write(self, results: list[_Done]) -> None:
+        """Apply the state writes of finished tasks in graph order, field by field through the reducers.
+
+        A field without a reducer takes one write per Pregel superstep; in a DAG, a later writer must come
+        after the earlier one in the graph (two tasks that may run in parallel cannot both write it)."""
+        order = self.graph.order
+        writes = [(d.node.key, values) for d in sorted(results, key=lambda d: order[d.node.key])
+                  if d.writes for values in d.writes]
+        if not writes:
+            return
+        if self.graph.trigger == "all":
+            self._check_parallel_writes(writes)
+        replaced = apply_writes(self.pos.state, writes, self.reducers, self.journal, self.graph.name)
+        if self.graph.trigger == "all":
+            self.pos.writers.update(replaced)
+
+    def _check_parallel_writes(self, writes: list[tuple[str, dict[str, Any]]]) -> None:
+        graph, writers = self.graph, self.pos.writers
+        for node, values in writes:
+            for name in values:
+                before = writers.get(name)
+                if name in self.reducers.by_field or before is None or before == node \
+                        or graph.runs_before(before, node):
+                    continue
+                raise GraphRunError(
+                    f"graph '{graph.name}': state field '{name}' is written by '{before}' and by '{node}', which "
+                    f"may run in parallel (neither comes after the other), and it has no reducer to merge them; "
+                    f"declare one (Annotated[..., append] or a function (current, update) -> new)")
 
     async def _submit_all(self, tasks: list[tuple[str, Any]]) -> list[_Done]:
         nodes = self.graph.nodes
@@ -436,8 +476,9 @@ class Run:
         if emitter.active:
             await emitter.emit(Event("start", path, value, self.pos.step))
         token = _TASK.set(self._scope(node, path))
+        writes: list[dict[str, Any]] = []
         try:
-            output = await self._call(node, value, path)
+            output = await self._call(node, value, path, writes)
             targets = await self._route(node, output)
         except (Interrupt, RunInterrupted) as signal:
             if emitter.active and isinstance(signal, Interrupt):
@@ -454,9 +495,11 @@ class Run:
             _TASK.reset(token)
         if emitter.active:
             await emitter.emit(Event("end", path, output, self.pos.step))
-        return _Done(node, output, targets)
+        return _Done(node, output, targets, writes=writes or None)
 
-    async def _call(self, node: CNode, value: Any, path: tuple[str, ...]) -> Any:
+    async def _call(self, node: CNode, value: Any, path: tuple[str, ...], writes: list[dict[str, Any]]) -> Any:
+        """The node's output after its handlers; the state writes of an `Update` it (or `post`) returned
+        are added to `writes` and applied when the task is applied."""
         state = self.pos.state
         if node.input_key is not None:
             value = take_key(node, to_value(value, where=f"the input of node '{node.key}'"))
@@ -477,8 +520,14 @@ class Run:
                 output = await in_daemon_thread(fn.call, plain, state) if self.offload_sync else fn.call(plain, state)
             else:
                 output = await runnable.invoke(runnable._value(value), state)
+        if type(output) is Update:
+            writes.append(output.values)
+            output = output.output
         if node.post is not None:
             output = await maybe_await(node.post.call(to_value(output, where=node.key), state))
+            if type(output) is Update:
+                writes.append(output.values)
+                output = output.output
         if node.output_key is not None:
             k = node.output_key
             output = Chunks([{k: c} for c in output.items]) if type(output) is Chunks else {k: output}
@@ -530,6 +579,8 @@ class Run:
         child.ledger, child.checkpoint_id = self.ledger, self.checkpoint_id
         child.step_key, child.token, child.version = self.step_key, self.token, self.version
         child.before_step, child.offload_sync = self.before_step, self.offload_sync
+        if node.subgraph.state_factory is None:  # it writes its parent's state: through the parent's reducers
+            child.reducers, child.journal = self.reducers, self.journal
         scope = current_task()
         if scope is not None:
             child.place = scope.place

@@ -16,6 +16,7 @@ from typing import Any
 from .base import END, START, Branch, NodeSpec
 from .errors import GraphBuildError, GraphRunError
 from .nodes import NodeRunnable, _Fn, as_runnable
+from .reducers import Reducers, reducers_of
 from .retry import RetryPolicy
 
 __all__ = ["GraphShape", "CNode", "CBranch"]
@@ -92,6 +93,7 @@ class GraphShape:
     ) -> None:
         self.name = name
         self.state_factory = state_factory
+        self.reducers: Reducers = reducers_of(state_factory, name)
         self.trigger = trigger
         self.max_steps = max_steps or len(nodes) + 10
         self.store = store
@@ -112,6 +114,7 @@ class GraphShape:
             for s in succs:
                 preds[s].append(src)
         self.preds = {k: tuple(v) for k, v in preds.items()}
+        self._below: dict[str, frozenset[str]] | None = None
 
     def _compile_node(self, spec: NodeSpec) -> CNode:
         obj = spec.runnable
@@ -155,6 +158,25 @@ class GraphShape:
 
     def successors_of(self, key: str) -> tuple[str, ...]:
         return self._successors[key]
+
+    def runs_before(self, a: str, b: str) -> bool:
+        """DAG: whether node `a` always finishes before node `b` starts (`b` is reachable from `a`)."""
+        if self._below is None:
+            below: dict[str, frozenset[str]] = {}
+
+            def reach(k: str) -> frozenset[str]:
+                if k not in below:
+                    found: set[str] = set()
+                    for s in self._successors.get(k, ()):
+                        found.add(s)
+                        found |= reach(s)
+                    below[k] = frozenset(found)
+                return below[k]
+
+            for k in self._successors:
+                reach(k)
+            self._below = below
+        return b in self._below.get(a, ())
 
     @property
     def structure(self) -> dict[str, Any]:

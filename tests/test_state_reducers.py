@@ -43,12 +43,13 @@ class Research:
 
 
 def fan_out(nodes: dict, *, state=Research, join=None, trigger="any", **opts):
-    """START -> every node -> join -> END (join: records the state it sees)."""
+    """START -> every node -> join -> END. The edges are added in the reverse order of the nodes, so the
+    tasks start (and are listed) in an order other than the graph's."""
     g = Graph(name="fan", state=state)
     for key, fn in nodes.items():
         g.add_node(key, fn)
     g.add_node("join", join or (lambda parts, state: sorted(parts)))
-    for key in nodes:
+    for key in reversed(nodes):
         g.add_edge(START, key)
         g.add_edge(key, "join")
     g.add_edge("join", END)

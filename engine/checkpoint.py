@@ -150,28 +150,29 @@ class Checkpointer:
     # --- writing -------------------------------------------------------------------------------------
 
     async def save(self, pos: RunPosition, status: str, *, error: str | None = None,
-                   journal: StateJournal | None = None) -> CheckpointMeta:
+                   journal: StateJournal | None = None, lease: tuple[Any, Any] | None = None) -> CheckpointMeta:
         """Write the next version (compare-and-set on the one this run last read or wrote).
 
         Unchanged parts are not sent again; if the store lost some of them meanwhile (a `prune` that
         raced this run), the whole version is written again. `journal` says which state fields only grew
         through an append-owned reducer since the last write (engine/reducers.py): their new items are
         written without looking at the old ones, except when the run stops (any status but `running`),
-        where every list is compared in full.
+        where every list is compared in full. `lease` (owner, expiry) is written instead of this writer's
+        own for a `running` version (an edit of a run whose process died keeps its expired lease).
         """
         try:
-            meta = await self._save(pos, status, error, journal)
+            meta = await self._save(pos, status, error, journal, lease)
         except MissingBlobs:
             self._known.clear()
             self._cache.clear()
             self._graph_part = None
-            meta = await self._save(pos, status, error, journal)
+            meta = await self._save(pos, status, error, journal, lease)
         if journal is not None:
             journal.written()
         return meta
 
     async def _save(self, pos: RunPosition, status: str, error: str | None,
-                    journal: StateJournal | None) -> CheckpointMeta:
+                    journal: StateJournal | None, lease: tuple[Any, Any] | None = None) -> CheckpointMeta:
         blobs: list[Blob] = []
         if self._graph_part is None:  # the same bytes at every step: encode once
             self._graph_part = self._whole("graph", self.graph_structure, blobs)
@@ -189,7 +190,8 @@ class Checkpointer:
                 lists.append(key)
             else:
                 parts[key] = self._whole(key, value, blobs)
-        return await self._put(pos.step, status, error, {"parts": parts, "lists": lists, "state": state_kind}, blobs)
+        return await self._put(pos.step, status, error, {"parts": parts, "lists": lists, "state": state_kind}, blobs,
+                               lease)
 
     async def mark(self, status: str, *, error: str | None = None) -> CheckpointMeta | None:
         """Write a new version with the last written content and a new status (when the current
@@ -201,14 +203,15 @@ class Checkpointer:
         return await self._put(step, status, error, content, [])
 
     async def _put(self, step: int, status: str, error: str | None, content: dict[str, Any],
-                   blobs: list[Blob]) -> CheckpointMeta:
+                   blobs: list[Blob], lease: tuple[Any, Any] | None = None) -> CheckpointMeta:
         now = time.time()
         running = status == "running"
+        owner, expires = lease if lease is not None else (self.owner, now + self.lease_seconds)
         meta = CheckpointMeta(
             checkpoint_id=self.checkpoint_id, version=(self.version or 0) + 1, status=status,
             step=step, fingerprint=self.fingerprint, created_at=self.created_at or now, updated_at=now,
-            lease_owner=self.owner if running else None,
-            lease_expires=now + self.lease_seconds if running else None, error=error, origin=self.origin,
+            lease_owner=owner if running else None, lease_expires=expires if running else None, error=error,
+            origin=self.origin,
         )
         header = self.serializer.dumps({"format": _FORMAT, **content, "meta": _binding(meta)},
                                        root=f"checkpoint '{self.checkpoint_id}'")

@@ -183,7 +183,7 @@ async def test_editing_an_older_version_branches_from_it_on_top_of_the_newest():
     assert await app.ainvoke(None, checkpoint_id="t", resume={ctx.id: "no"}) == {"answer": "no", "amount": 9,
                                                                                    "paid": 9}
     # the branch's review has keys of its own: an external system never takes it for the first answer's work
-    assert keys[0] == keys[1] and keys[2] != keys[1]
+    assert keys[2] not in keys[:2]
 
 
 async def test_a_run_whose_process_died_keeps_its_expired_lease_and_is_taken_over_with_the_edit():

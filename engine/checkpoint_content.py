@@ -175,4 +175,6 @@ def _difference(old: dict[str, Any], new: dict[str, Any], where: str = "") -> st
         changes.append("edge(s) " + ", ".join(f"{a} -> {b}" for a, b in came) + " added")
     if old.get("branches") != new.get("branches"):
         changes.append("branches changed")
+    if old.get("flow") != new.get("flow"):
+        changes.append("the workflow's inputs (field mappings, data or control dependencies) changed")
     return prefix + ("; ".join(changes) or "the structure differs")

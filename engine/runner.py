@@ -21,6 +21,7 @@ from typing import Any
 from .base import END, START
 from .errors import GraphRunError, MaxStepsExceeded, NodeError, WaypointError
 from .events import Emitter, Event
+from .field_mapping import assemble
 from .interrupts import Interrupt, new_interrupt_id
 from .merge import merge_values
 from .node_calls import cancel_all, in_daemon_thread, maybe_await, raised_for, take_key
@@ -389,13 +390,15 @@ class Run:
             self.halted = True
         output = done.output
         inbox = pos.inbox
+        control_only = done.node.control_only
         for target in done.targets:
+            value = None if target in control_only else output  # workflow: it waits for this node, no data
             slot = inbox.get(target)
             if slot is None:
-                inbox[target] = {key: output}
+                inbox[target] = {key: value}
             else:
-                slot[key] = output
-            if target == END and self.sink is not None and not done.node.live_end:
+                slot[key] = value
+            if target == END and self.sink is not None and not done.node.live_end and self.graph.plan is None:
                 for chunk in to_chunks(output):
                     self.sink(chunk)
         if self.graph.trigger == "all":
@@ -429,14 +432,19 @@ class Run:
         got = pos.inbox.get(node, {})
         if len(got) + len(pos.skipped.get(node, ())) < len(self.graph.preds[node]):
             return False
-        if not got:
+        plan = self.graph.plan
+        if not got or plan is not None and node in plan.control and not plan.control[node] & got.keys():
+            pos.inbox.pop(node, None)  # every control predecessor skipped it (data may have arrived)
             pos.skipped.pop(node, None)
             return True
-        value = self._merge(node, got)
+        value = self._merge(node, got) if plan is None else self._assemble(node, got)
         del pos.inbox[node]
         pos.skipped.pop(node, None)
         if node == END:
             pos.output, pos.done = self._final(value), True
+            if plan is not None and self.sink is not None:  # a workflow's result is what END assembled
+                for chunk in to_chunks(value):
+                    self.sink(chunk)
         else:
             pos.pending[node] = value
         return False
@@ -451,6 +459,12 @@ class Run:
             return
         pos.pending = {node: self._merge(node, values) for node, values in inbox.items()}
         pos.inbox = {}
+
+    def _assemble(self, node: str, got: dict[str, Any]) -> Any:
+        """Workflow: a node's input from its predecessors' fields (streams joined first) and static values."""
+        if self.streaming:
+            got = {s: to_value(v, where=f"node '{s}'") for s, v in got.items()}
+        return assemble(self.graph.plan, self.graph.name, node, got)
 
     def _final(self, value: Any) -> Any:
         """The run's output: a subgraph hands its parent the stream itself, the root run a value."""

@@ -4,6 +4,7 @@ the nodes' annotations — a wrong one fails there, naming the field."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 import pytest
@@ -114,6 +115,24 @@ async def test_control_only_and_data_only_dependencies():
     wf.end().add_input("report")
     assert await wf.compile().ainvoke("q") == {"request": "q"}  # audit's output is not part of its input
     assert order == ["audit", "report"]  # but it ran after audit
+
+    # a node waiting on a dependency does not keep its output: nothing about it is stored with the run
+    release = asyncio.Event()
+
+    async def slow(x):
+        await release.wait()
+        return {"n": x}
+
+    def handle(x):
+        release.set()
+        return object()  # not something a checkpoint can store
+
+    wf = Workflow(name="stored")
+    wf.add_node("handle", handle).add_input(START)
+    wf.add_node("slow", slow).add_input(START)
+    wf.add_node("use", lambda d: d["n"]).add_input("slow", map_fields("n", "n")).add_dependency("handle")
+    wf.end().add_input("use")
+    assert await wf.compile(store=MemoryStore()).ainvoke(7, checkpoint_id="s") == 7
 
     # data_only: fields come from START, yet the node is skipped when the branch that starts it is not taken
     wf = Workflow(name="branchy")

@@ -119,12 +119,15 @@ async def test_control_only_and_data_only_dependencies():
     # a node waiting on a dependency does not keep its output: nothing about it is stored with the run
     release = asyncio.Event()
 
+    class AfterACheckpoint:
+        def on_checkpoint(self, event):
+            release.set()
+
     async def slow(x):
-        await release.wait()
+        await release.wait()  # finishes only after a checkpoint was written while `use` waited on it
         return {"n": x}
 
-    def handle(x):
-        release.set()
+    async def handle(x):
         return object()  # not something a checkpoint can store
 
     wf = Workflow(name="stored")
@@ -132,7 +135,8 @@ async def test_control_only_and_data_only_dependencies():
     wf.add_node("slow", slow).add_input(START)
     wf.add_node("use", lambda d: d["n"]).add_input("slow", map_fields("n", "n")).add_dependency("handle")
     wf.end().add_input("use")
-    assert await wf.compile(store=MemoryStore()).ainvoke(7, checkpoint_id="s") == 7
+    app = wf.compile(store=MemoryStore())
+    assert await app.ainvoke(7, checkpoint_id="s", callbacks=[AfterACheckpoint()]) == 7
 
     # data_only: fields come from START, yet the node is skipped when the branch that starts it is not taken
     wf = Workflow(name="branchy")

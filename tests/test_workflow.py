@@ -120,8 +120,12 @@ async def test_control_only_and_data_only_dependencies():
     release = asyncio.Event()
 
     class AfterACheckpoint:
-        def on_checkpoint(self, event):
-            release.set()
+        seen = 0
+
+        def on_checkpoint(self, event):  # the claim, then the step in which `handle` finished
+            self.seen += 1
+            if self.seen == 2:
+                release.set()
 
     async def slow(x):
         await release.wait()  # finishes only after a checkpoint was written while `use` waited on it

@@ -21,6 +21,7 @@ Figures (one measured invoke per process, after a 3-iteration warm-up on another
                        + its checkpoint), so "first 10" = model entries 0→10 and "last 10" = entries
                        N-11→N-1 (the final round has no following model entry).
   first10_ms, last10_ms  the two numerator/denominator times
+  median_last10_over_first10  the same windows, the median iteration of each (robust to one pause)
 
 Cases (the number is the iteration count; the growth curve uses it50 / it100 / it200):
   it50, it100, it200  Waypoint SQLiteStore as shipped (WAL, synchronous=NORMAL) ·
@@ -46,6 +47,7 @@ import gc
 import operator
 import os
 import sqlite3
+import statistics
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -86,6 +88,7 @@ def figures(wall_ns: int, stamps: list[int], iterations: int, size: int) -> dict
         raise AssertionError(f"model ran {len(stamps)} times, expected {iterations}")
     first = stamps[10] - stamps[0]
     last = stamps[iterations - 1] - stamps[iterations - 11]
+    each = [b - a for a, b in zip(stamps, stamps[1:])]
     steps = 2 * iterations
     return {
         "figures": {
@@ -94,6 +97,9 @@ def figures(wall_ns: int, stamps: list[int], iterations: int, size: int) -> dict
             "last10_over_first10": last / first,
             "first10_ms": first / 1e6,
             "last10_ms": last / 1e6,
+            # the same windows, each iteration's median: one pause of the machine (or of the garbage
+            # collector) inside a 4 ms window does not decide it
+            "median_last10_over_first10": statistics.median(each[-10:]) / statistics.median(each[:10]),
         },
         "steps": steps,
         "db_bytes": size,
@@ -106,9 +112,12 @@ def figures(wall_ns: int, stamps: list[int], iterations: int, size: int) -> dict
 def run_waypoint(iterations: int, sync: str, dicts: bool = False, reduce: bool = False) -> dict[str, Any]:
     from dataclasses import dataclass, field, make_dataclass
 
-    from waypoint.engine import END, START, Graph, Message, Update, add_messages
+    from waypoint.engine import END, START, Graph, Message
     from waypoint.engine.serde import register_type
     from waypoint.stores import SQLiteStore
+
+    if reduce:  # imported only here, so the other cases also run against releases without reducers
+        from waypoint.engine import Update, add_messages
 
     @register_type(name="bench.Chat")
     @dataclass
@@ -116,10 +125,10 @@ def run_waypoint(iterations: int, sync: str, dicts: bool = False, reduce: bool =
         messages: list[Any] = field(default_factory=list)
         turns: int = 0
 
-    # Made with make_dataclass: the annotations must be objects (this module postpones them, and a class
-    # made inside a function cannot have its string annotations resolved).
-    ReducedChat = register_type(name="bench.ReducedChat")(make_dataclass("ReducedChat", [
-        ("messages", Annotated[list[Any], add_messages], field(default_factory=list)), ("turns", int, 0)]))
+    if reduce:  # made with make_dataclass: the annotations must be objects (this module postpones them, and
+        # a class made inside a function cannot have its string annotations resolved)
+        ReducedChat = register_type(name="bench.ReducedChat")(make_dataclass("ReducedChat", [
+            ("messages", Annotated[list[Any], add_messages], field(default_factory=list)), ("turns", int, 0)]))
 
     def message(role: str, turn: int) -> Any:
         if dicts:

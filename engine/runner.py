@@ -336,11 +336,11 @@ class Run:
 
         A field without a reducer takes one write per Pregel superstep; in a DAG, a later writer must come
         after the earlier one in the graph (two tasks that may run in parallel cannot both write it)."""
-        order = self.graph.order
-        writes = [(d.node.key, values) for d in sorted(results, key=lambda d: order[d.node.key])
-                  if d.writes for values in d.writes]
-        if not writes:
+        writers = [d for d in results if d.writes]
+        if not writers:
             return
+        order = self.graph.order
+        writes = [(d.node.key, values) for d in sorted(writers, key=lambda d: order[d.node.key]) for values in d.writes]
         if self.graph.trigger == "all":
             self._check_parallel_writes(writes)
         replaced = apply_writes(self.pos.state, writes, self.reducers, self.journal, self.graph.name)

@@ -96,6 +96,8 @@ class Run:
         self.offload_sync = True  # sync node code runs on a thread (False under invoke(): the loop is the run's own)
         self.reducers = graph.reducers  # a subgraph sharing its parent's state takes the parent's (and journal)
         self.journal = StateJournal(owned=graph.reducers.owned)
+        self._writes: dict[str, list[dict[str, Any]]] = {}  # node -> the writes of its `Update`s, while it runs
+        self._wrote = False  # some task of this step returned an `Update`
         self._pause_saved = False
 
     # --- phase 1: start or restore ---------------------------------------------------------------
@@ -243,10 +245,7 @@ class Run:
                     max_steps=self.max_steps,
                 )
             self._before_step()
-            results = await self._submit_all(tasks)
-            self._write(results)
-            for done in results:
-                self._apply(done)
+            self._apply_step(await self._submit_all(tasks))
             if not pos.interrupts:
                 pos.step += 1
                 try:
@@ -319,11 +318,12 @@ class Run:
             if isinstance(outcome, BaseException):
                 error = error or outcome
                 continue
-            try:
-                self._write([outcome])
-            except GraphRunError as err:  # its writes cannot be applied: the task counts as failed
-                error = error or err
-                continue
+            if outcome.writes:
+                try:
+                    self._write([outcome])
+                except GraphRunError as err:  # its writes cannot be applied: the task counts as failed
+                    error = error or err
+                    continue
             try:
                 self._apply(outcome)
             except GraphRunError as err:  # a fan-in could not merge: its inputs stay in the inbox
@@ -331,14 +331,20 @@ class Run:
             self.pos.step += 1
         return error
 
+    def _apply_step(self, results: list[_Done]) -> None:
+        """Pregel: a superstep's state writes, then its outputs."""
+        if self._wrote:
+            self._wrote = False
+            self._write(results)
+        for done in results:
+            self._apply(done)
+
     def _write(self, results: list[_Done]) -> None:
         """Apply the state writes of finished tasks in graph order, field by field through the reducers.
 
         A field without a reducer takes one write per Pregel superstep; in a DAG, a later writer must come
         after the earlier one in the graph (two tasks that may run in parallel cannot both write it)."""
         writers = [d for d in results if d.writes]
-        if not writers:
-            return
         order = self.graph.order
         writes = [(d.node.key, values) for d in sorted(writers, key=lambda d: order[d.node.key]) for values in d.writes]
         if self.graph.trigger == "all":
@@ -392,7 +398,7 @@ class Run:
         inbox = pos.inbox
         control_only = done.node.control_only
         for target in done.targets:
-            value = None if target in control_only else output  # workflow: it waits for this node, no data
+            value = None if control_only and target in control_only else output  # workflow: order, no data
             slot = inbox.get(target)
             if slot is None:
                 inbox[target] = {key: value}
@@ -490,15 +496,16 @@ class Run:
         if emitter.active:
             await emitter.emit(Event("start", path, value, self.pos.step))
         token = _TASK.set(self._scope(node, path))
-        writes: list[dict[str, Any]] = []
         try:
-            output = await self._call(node, value, path, writes)
+            output = await self._call(node, value, path)
             targets = await self._route(node, output)
         except (Interrupt, RunInterrupted) as signal:
+            self._writes.pop(node.key, None)  # a paused task writes nothing
             if emitter.active and isinstance(signal, Interrupt):
                 await emitter.emit(Event("interrupt", path, signal.info, self.pos.step))
             return _Done(node, None, (), interrupt=signal)
         except Exception as err:
+            self._writes.pop(node.key, None)
             wrapped = err if raised_for(path, err) else NodeError(path, err)
             if emitter.active:
                 await emitter.emit(Event("error", path, wrapped, self.pos.step))
@@ -509,11 +516,11 @@ class Run:
             _TASK.reset(token)
         if emitter.active:
             await emitter.emit(Event("end", path, output, self.pos.step))
-        return _Done(node, output, targets, writes=writes or None)
+        return _Done(node, output, targets, None, self._writes.pop(node.key, None) if self._writes else None)
 
-    async def _call(self, node: CNode, value: Any, path: tuple[str, ...], writes: list[dict[str, Any]]) -> Any:
+    async def _call(self, node: CNode, value: Any, path: tuple[str, ...]) -> Any:
         """The node's output after its handlers; the state writes of an `Update` it (or `post`) returned
-        are added to `writes` and applied when the task is applied."""
+        wait in `self._writes` and are applied when the task is applied."""
         state = self.pos.state
         if node.input_key is not None:
             value = take_key(node, to_value(value, where=f"the input of node '{node.key}'"))
@@ -535,17 +542,21 @@ class Run:
             else:
                 output = await runnable.invoke(runnable._value(value), state)
         if type(output) is Update:
-            writes.append(output.values)
-            output = output.output
+            output = self._took(node, output)
         if node.post is not None:
             output = await maybe_await(node.post.call(to_value(output, where=node.key), state))
             if type(output) is Update:
-                writes.append(output.values)
-                output = output.output
+                output = self._took(node, output)
         if node.output_key is not None:
             k = node.output_key
             output = Chunks([{k: c} for c in output.items]) if type(output) is Chunks else {k: output}
         return output
+
+    def _took(self, node: CNode, update: Update) -> Any:
+        """Keep an `Update`'s writes for when the task is applied; what the node sends on is its output."""
+        self._writes.setdefault(node.key, []).append(update.values)
+        self._wrote = True
+        return update.output
 
     async def _stream(self, node: CNode, value: Any, path: tuple[str, ...], state: Any) -> Chunks:
         chunks: list[Any] = []

@@ -11,7 +11,8 @@ A state class declares a reducer per field with `typing.Annotated` (LangGraph's 
 
 A node writes fields by returning `Update({"notes": [...]}, output=...)`. The engine applies every write
 of a step after its tasks finished, in graph order (the order nodes were added), each field through its
-reducer: `new = reducer(current, update)` (`current` is None while the field is unset). A field without a
+reducer: `new = reducer(current, update)` (a field a dict state does not hold yet starts from the empty
+value of its declared container type, else None). A field without a
 reducer takes one write per step; two tasks writing it in one step (or, in a DAG, two tasks that may run
 in parallel) is a `GraphRunError` naming the field and the nodes — declare a reducer to merge them.
 
@@ -32,6 +33,7 @@ from typing import Any
 from .errors import GraphBuildError, GraphRunError
 
 __all__ = ["Update", "append", "add_messages", "Reducers", "StateJournal", "reducers_of", "apply_writes"]
+
 
 class Update:
     """What a node returns to write graph state: `values` go into their fields (each through its reducer)

@@ -167,7 +167,7 @@ class Checkpointer:
             self._cache.clear()
             self._graph_part = None
             meta = await self._save(pos, status, error, journal, lease)
-        if journal is not None:
+        if journal is not None and journal.replaced:
             journal.written()
         return meta
 
@@ -180,13 +180,13 @@ class Checkpointer:
             self._whole("graph", self.graph_structure, blobs)
         parts = {"run": self._whole("run", position_to_plain(pos), blobs), "graph": self._graph_part}
         state_kind, fields = split_state(pos.state, self.serializer)
-        owned = journal.owned - journal.replaced if journal is not None and state_kind != "value" else frozenset()
-        stopping = status != "running"
+        owned = journal.owned if journal is not None and state_kind != "value" else ()
         lists = []
         for name, value in fields.items():
             key = f"s:{name}"
             if type(value) is list:
-                parts[key] = self._list(key, value, blobs, owned=name in owned, verify=stopping)
+                mine = name in owned and name not in journal.replaced  # type: ignore[union-attr]
+                parts[key] = self._list(key, value, blobs, owned=mine, verify=status != "running")
                 lists.append(key)
             else:
                 parts[key] = self._whole(key, value, blobs)

@@ -237,15 +237,12 @@ class Run:
                 return
             if not tasks:
                 return
-            if pos.step >= self.max_steps:
-                raise MaxStepsExceeded(
-                    f"graph '{self.graph.name}' reached max_steps={self.max_steps} supersteps without "
-                    f"reaching END (still pending: {sorted(pos.pending)}); raise max_steps or check for an "
-                    "unintended cycle",
-                    max_steps=self.max_steps,
-                )
-            self._before_step()
-            self._apply_step(await self._submit_all(tasks))
+            self._begin_superstep()
+            results = await self._submit_all(tasks)
+            if self._wrote:  # some task returned an Update: its writes first, in graph order
+                self._write(results)
+            for done in results:
+                self._apply(done)
             if not pos.interrupts:
                 pos.step += 1
                 try:
@@ -331,19 +328,23 @@ class Run:
             self.pos.step += 1
         return error
 
-    def _apply_step(self, results: list[_Done]) -> None:
-        """Pregel: a superstep's state writes, then its outputs."""
-        if self._wrote:
-            self._wrote = False
-            self._write(results)
-        for done in results:
-            self._apply(done)
+    def _begin_superstep(self) -> None:
+        """Pregel: a superstep may start only within max_steps, and only while the run's lease holds."""
+        if self.pos.step >= self.max_steps:
+            raise MaxStepsExceeded(
+                f"graph '{self.graph.name}' reached max_steps={self.max_steps} supersteps without reaching END "
+                f"(still pending: {sorted(self.pos.pending)}); raise max_steps or check for an unintended cycle",
+                max_steps=self.max_steps,
+            )
+        if self.before_step is not None:
+            self.before_step()
 
     def _write(self, results: list[_Done]) -> None:
         """Apply the state writes of finished tasks in graph order, field by field through the reducers.
 
         A field without a reducer takes one write per Pregel superstep; in a DAG, a later writer must come
         after the earlier one in the graph (two tasks that may run in parallel cannot both write it)."""
+        self._wrote = False
         writers = [d for d in results if d.writes]
         order = self.graph.order
         writes = [(d.node.key, values) for d in sorted(writers, key=lambda d: order[d.node.key]) for values in d.writes]
@@ -398,7 +399,7 @@ class Run:
         inbox = pos.inbox
         control_only = done.node.control_only
         for target in done.targets:
-            value = None if control_only and target in control_only else output  # workflow: order, no data
+            value = output if not control_only or target not in control_only else None  # workflow: no data
             slot = inbox.get(target)
             if slot is None:
                 inbox[target] = {key: value}
@@ -516,7 +517,9 @@ class Run:
             _TASK.reset(token)
         if emitter.active:
             await emitter.emit(Event("end", path, output, self.pos.step))
-        return _Done(node, output, targets, None, self._writes.pop(node.key, None) if self._writes else None)
+        if self._writes:
+            return _Done(node, output, targets, None, self._writes.pop(node.key, None))
+        return _Done(node, output, targets)
 
     async def _call(self, node: CNode, value: Any, path: tuple[str, ...]) -> Any:
         """The node's output after its handlers; the state writes of an `Update` it (or `post`) returned

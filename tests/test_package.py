@@ -24,6 +24,7 @@ PUBLIC = {
     "CheckpointConflict", "CheckpointExists", "CheckpointNotFound", "CheckpointCorrupted",
     "UnknownInterrupt", "SerializationError", "register_type", "Serializer", "UnsupportedFormat", "UnknownType",
     "get_interrupt_state", "get_resume_context", "CheckPointStore", "RunSnapshot",
+    "Workflow", "WorkflowNode", "FieldMapping", "from_field", "to_field", "map_fields", "Update", "append", "add_messages",
 }
 
 

@@ -21,6 +21,7 @@ Figures (one measured invoke per process, after a 3-iteration warm-up on another
                        + its checkpoint), so "first 10" = model entries 0→10 and "last 10" = entries
                        N-11→N-1 (the final round has no following model entry).
   first10_ms, last10_ms  the two numerator/denominator times
+  median_last10_over_first10  the same windows, the median iteration of each (robust to one pause)
 
 Cases (the number is the iteration count; the growth curve uses it50 / it100 / it200):
   it50, it100, it200  Waypoint SQLiteStore as shipped (WAL, synchronous=NORMAL) ·
@@ -28,6 +29,12 @@ Cases (the number is the iteration count; the growth curve uses it50 / it100 / i
   it200-normal        as it200, both connections at synchronous=NORMAL (LangGraph: `PRAGMA
                       synchronous=NORMAL` run on the saver's connection)
   it200-full          as it200, both at synchronous=FULL (Waypoint: `SQLiteStore(synchronous="FULL")`)
+  it3000, it3000-dicts  the long run (6,000 steps): does a step's cost grow with the history? (Waypoint
+                      only: LangGraph's quadratic rewrite makes it impractical)
+  …-reduce            the same graph written LangGraph's way: `messages: Annotated[list, add_messages]`,
+                      nodes return `Update({"messages": [msg], ...})` instead of appending to the state
+
+`--iters N` overrides a case's iteration count (`--case it200 --iters 3000` is `it3000`).
 
     python -m bench.b2_agent_loop --impl waypoint --case it200
 """
@@ -40,6 +47,7 @@ import gc
 import operator
 import os
 import sqlite3
+import statistics
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -47,16 +55,17 @@ from typing import Annotated, Any
 from bench._harness import child_parser, emit, error_payload
 from bench._stores import temp_db
 
-CASES = ("it50", "it100", "it200", "it200-normal", "it200-full", "it200-dicts")
+CASES = ("it50", "it100", "it200", "it200-normal", "it200-full", "it200-dicts", "it3000", "it3000-dicts",
+         "it3000-reduce", "it3000-dicts-reduce")
 WARMUP_ITERATIONS = 3
 CONTENT = 480  # characters of content: the message is ~500 bytes once encoded
 
 
-def parse_case(case: str) -> tuple[int, str, bool]:
-    """(iterations, synchronous setting or "" for the library's own default, dict messages?)."""
-    head, _, sync = case.partition("-")
-    dicts = sync == "dicts"
-    return int(head.removeprefix("it")), "" if dicts else sync.upper(), dicts
+def parse_case(case: str) -> tuple[int, str, bool, bool]:
+    """(iterations, synchronous setting or "" for the library's own default, dict messages?, reducers?)."""
+    head, *flags = case.split("-")
+    sync = next((f.upper() for f in flags if f in ("normal", "full")), "")
+    return int(head.removeprefix("it")), sync, "dicts" in flags, "reduce" in flags
 
 
 def msg(role: str, turn: int) -> dict[str, Any]:
@@ -79,6 +88,7 @@ def figures(wall_ns: int, stamps: list[int], iterations: int, size: int) -> dict
         raise AssertionError(f"model ran {len(stamps)} times, expected {iterations}")
     first = stamps[10] - stamps[0]
     last = stamps[iterations - 1] - stamps[iterations - 11]
+    each = [b - a for a, b in zip(stamps, stamps[1:])]
     steps = 2 * iterations
     return {
         "figures": {
@@ -87,6 +97,9 @@ def figures(wall_ns: int, stamps: list[int], iterations: int, size: int) -> dict
             "last10_over_first10": last / first,
             "first10_ms": first / 1e6,
             "last10_ms": last / 1e6,
+            # the same windows, each iteration's median: one pause of the machine (or of the garbage
+            # collector) inside a 4 ms window does not decide it
+            "median_last10_over_first10": statistics.median(each[-10:]) / statistics.median(each[:10]),
         },
         "steps": steps,
         "db_bytes": size,
@@ -96,18 +109,26 @@ def figures(wall_ns: int, stamps: list[int], iterations: int, size: int) -> dict
 # --------------------------------------------------------------------------- Waypoint
 
 
-def run_waypoint(iterations: int, sync: str, dicts: bool = False) -> dict[str, Any]:
-    from dataclasses import dataclass, field
+def run_waypoint(iterations: int, sync: str, dicts: bool = False, reduce: bool = False) -> dict[str, Any]:
+    from dataclasses import dataclass, field, make_dataclass
 
     from waypoint.engine import END, START, Graph, Message
     from waypoint.engine.serde import register_type
     from waypoint.stores import SQLiteStore
+
+    if reduce:  # imported only here, so the other cases also run against releases without reducers
+        from waypoint.engine import Update, add_messages
 
     @register_type(name="bench.Chat")
     @dataclass
     class Chat:
         messages: list[Any] = field(default_factory=list)
         turns: int = 0
+
+    if reduce:  # made with make_dataclass: the annotations must be objects (this module postpones them, and
+        # a class made inside a function cannot have its string annotations resolved)
+        ReducedChat = register_type(name="bench.ReducedChat")(make_dataclass("ReducedChat", [
+            ("messages", Annotated[list[Any], add_messages], field(default_factory=list)), ("turns", int, 0)]))
 
     def message(role: str, turn: int) -> Any:
         if dicts:
@@ -116,15 +137,20 @@ def run_waypoint(iterations: int, sync: str, dicts: bool = False) -> dict[str, A
                        tool_call_id=f"call_{turn}" if role == "tool" else None)
 
     def build(path: Path, n: int, stamps: list[int]) -> tuple[Any, Any]:
-        g = Graph(name="b2", state=Chat)
+        g = Graph(name="b2", state=ReducedChat if reduce else Chat)
 
-        def model(x: int, state: Chat) -> int:
+        def model(x: int, state: Any) -> Any:
             stamps.append(time.perf_counter_ns())
+            if reduce:
+                turn = state.turns + 1
+                return Update({"messages": [message("assistant", turn)], "turns": turn}, output=turn)
             state.turns += 1
             state.messages.append(message("assistant", state.turns))
             return state.turns
 
-        def tool(x: int, state: Chat) -> int:
+        def tool(x: int, state: Any) -> Any:
+            if reduce:
+                return Update({"messages": [message("tool", state.turns)]}, output=x)
             state.messages.append(message("tool", state.turns))
             return x
 
@@ -223,20 +249,25 @@ def run_langgraph(iterations: int, sync: str) -> dict[str, Any]:
         clean()
 
 
-def measure(impl: str, case: str) -> dict[str, Any]:
-    iterations, sync, dicts = parse_case(case)
+def measure(impl: str, case: str, iters: int | None = None) -> dict[str, Any]:
+    iterations, sync, dicts, reduce = parse_case(case)
+    iterations = iters or iterations
+    if impl == "langgraph" and iterations > 1000:  # quadratic: 3,000 iterations write ~9 GB
+        return {"na": "LangGraph rewrites the whole list per step: too slow beyond 1,000 iterations"}
     if impl == "waypoint":
         sync = "" if sync == "NORMAL" else sync  # NORMAL is the store's default
-        return run_waypoint(iterations, sync, dicts)
+        return run_waypoint(iterations, sync, dicts, reduce)
     sync = "" if sync == "FULL" else sync  # FULL is sqlite's (and so SqliteSaver's) default
     return run_langgraph(iterations, sync)
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = child_parser(CASES, __doc__).parse_args(argv)
+    parser = child_parser(CASES, __doc__)
+    parser.add_argument("--iters", type=int, default=None, help="iterations (overrides the case's count)")
+    args = parser.parse_args(argv)
     os.environ.setdefault("LANGSMITH_TRACING", "false")
     try:
-        payload = measure(args.impl, args.case)
+        payload = measure(args.impl, args.case, args.iters)
     except Exception as exc:  # noqa: BLE001 - a benchmark reports, it does not crash the table
         if not args.json:
             import traceback

@@ -54,6 +54,17 @@ ROWS: dict[str, list[Row]] = {
             "bytes_per_step", "B/step", "it50", "it50"),
         Row("B2 growth curve", "DB bytes ÷ steps at 200 steps (100 it.)", "bench.b2_agent_loop",
             "bytes_per_step", "B/step", "it100", "it100"),
+        # 3,000 iterations (6,000 steps): does a step's cost grow with the history? Waypoint only (LangGraph
+        # rewrites the whole list per step: ~9 GB here). Each case also with the median iteration per window.
+        *(Row("B2 long run, 3,000 it. (WP only)", f"last 10 ÷ first 10{' (median iteration)' if metric.startswith('median') else ''}, {label}",
+              "bench.b2_agent_loop", metric,
+              "×", case, None, "≤ 1.3" if metric == "last10_over_first10" and case != "it3000-dicts" else "—")
+          for case, label in (("it3000", "Message list, no reducer"), ("it3000-reduce", "Message list, add_messages"),
+                              ("it3000-dicts-reduce", "dict list, add_messages"),
+                              ("it3000-dicts", "dict list, no reducer (re-encoded per step)"))
+          for metric in ("last10_over_first10", "median_last10_over_first10")),
+        Row("B2 long run, 3,000 it. (WP only)", "wall time, Message list, no reducer", "bench.b2_agent_loop",
+            "wall_ms", "ms", "it3000", None),
     ],
     "b7": [
         Row("B7 ReAct agent, 20 it.", "ms per iteration, SQLite as shipped (WP step · LG SqliteSaver sync)",

@@ -24,9 +24,11 @@ from .errors import (
     WaypointError,
 )
 from .events import Event
+from .field_mapping import FieldMapping, from_field, map_fields, to_field
 from .graph import END, START, Graph
 from .interrupts import CompositeInterrupt, Interrupt, InterruptCtx, InterruptInfo, StatefulInterrupt
 from .merge import register_merge
+from .reducers import Update, add_messages, append
 from .nodes import Component, Lambda
 from .resume import (
     address_segment,
@@ -40,6 +42,7 @@ from .resume import (
 from .retry import RetryPolicy
 from .store import Checkpoint, CheckpointMeta, CheckPointStore
 from .streams import register_concat
+from .workflow import Workflow, WorkflowNode
 
 # Names that load msgpack or pydantic load when first touched, not on `import waypoint.engine`.
 _LAZY = {
@@ -102,6 +105,12 @@ __all__ = [
     "UnsupportedFormat",
     "UnknownType",
     "Graph",
+    "Workflow",
+    "WorkflowNode",
+    "FieldMapping",
+    "from_field",
+    "to_field",
+    "map_fields",
     "CompiledGraph",
     "RunSnapshot",
     "read_run",
@@ -123,6 +132,9 @@ __all__ = [
     "Event",
     "register_merge",
     "register_concat",
+    "Update",
+    "append",
+    "add_messages",
     "Interrupt",
     "StatefulInterrupt",
     "CompositeInterrupt",

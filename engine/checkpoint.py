@@ -31,6 +31,7 @@ import hashlib
 import operator
 import os
 import time
+import warnings
 from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from .checkpoint_content import (
 from .errors import CheckpointCorrupted, WaypointError, describe
 from .events import clean_trace
 from .position import RunPosition
+from .reducers import StateJournal
 from .store import (
     MAX_CHAIN,
     Blob,
@@ -97,9 +99,16 @@ class _PartCache:
     links: int = 1
     """Segments in a list part's chain."""
     items: list[Any] | None = None
-    """The items last written, kept only when every one is immutable (then identity proves them unchanged)."""
+    """Our own list of the items last written, kept only when every one is immutable: then the list
+    unchanged in front means those items are unchanged (checked by value or by identity, `by_value`)."""
+    by_value: bool = False
+    """`items` may be compared with `==` (C speed): every item's equality is the codec's (`_settled`)."""
+    obj: list[Any] | None = None
+    """The list object last written (an append-owned field grows the same object)."""
+    unchecked: bool = False
+    """Segments were appended on path 1 without comparing the items in front (checked when the run stops)."""
     tail: list[bytes] | None = None
-    """Segments appended on the identity path since `raw` was last joined (joined when needed)."""
+    """Segments appended on a fast path since `raw` was last joined (joined when needed)."""
 
     def full_raw(self) -> bytes | None:
         if self.tail:
@@ -147,21 +156,30 @@ class Checkpointer:
 
     # --- writing -------------------------------------------------------------------------------------
 
-    async def save(self, pos: RunPosition, status: str, *, error: str | None = None) -> CheckpointMeta:
+    async def save(self, pos: RunPosition, status: str, *, error: str | None = None,
+                   journal: StateJournal | None = None, lease: tuple[Any, Any] | None = None) -> CheckpointMeta:
         """Write the next version (compare-and-set on the one this run last read or wrote).
 
         Unchanged parts are not sent again; if the store lost some of them meanwhile (a `prune` that
-        raced this run), the whole version is written again.
+        raced this run), the whole version is written again. `journal` says which state fields only grew
+        through an append-owned reducer since the last write (engine/reducers.py): their new items are
+        written without looking at the old ones, except when the run stops (any status but `running`),
+        where every list is compared in full. `lease` (owner, expiry) is written instead of this writer's
+        own for a `running` version (an edit of a run whose process died keeps its expired lease).
         """
         try:
-            return await self._save(pos, status, error)
+            meta = await self._save(pos, status, error, journal, lease)
         except MissingBlobs:
             self._known.clear()
             self._cache.clear()
             self._graph_part = None
-            return await self._save(pos, status, error)
+            meta = await self._save(pos, status, error, journal, lease)
+        if journal is not None and journal.replaced:
+            journal.written()
+        return meta
 
-    async def _save(self, pos: RunPosition, status: str, error: str | None) -> CheckpointMeta:
+    async def _save(self, pos: RunPosition, status: str, error: str | None,
+                    journal: StateJournal | None, lease: tuple[Any, Any] | None = None) -> CheckpointMeta:
         blobs: list[Blob] = []
         if self._graph_part is None:  # the same bytes at every step: encode once
             self._graph_part = self._whole("graph", self.graph_structure, blobs)
@@ -169,15 +187,18 @@ class Checkpointer:
             self._whole("graph", self.graph_structure, blobs)
         parts = {"run": self._whole("run", position_to_plain(pos), blobs), "graph": self._graph_part}
         state_kind, fields = split_state(pos.state, self.serializer)
+        owned = journal.owned if journal is not None and state_kind != "value" else ()
         lists = []
         for name, value in fields.items():
             key = f"s:{name}"
             if type(value) is list:
-                parts[key] = self._list(key, value, blobs)
+                mine = name in owned and name not in journal.replaced  # type: ignore[union-attr]
+                parts[key] = self._list(key, value, blobs, owned=mine, verify=status != "running")
                 lists.append(key)
             else:
                 parts[key] = self._whole(key, value, blobs)
-        return await self._put(pos.step, status, error, {"parts": parts, "lists": lists, "state": state_kind}, blobs)
+        return await self._put(pos.step, status, error, {"parts": parts, "lists": lists, "state": state_kind}, blobs,
+                               lease)
 
     async def mark(self, status: str, *, error: str | None = None) -> CheckpointMeta | None:
         """Write a new version with the last written content and a new status (when the current
@@ -189,14 +210,15 @@ class Checkpointer:
         return await self._put(step, status, error, content, [])
 
     async def _put(self, step: int, status: str, error: str | None, content: dict[str, Any],
-                   blobs: list[Blob]) -> CheckpointMeta:
+                   blobs: list[Blob], lease: tuple[Any, Any] | None = None) -> CheckpointMeta:
         now = time.time()
         running = status == "running"
+        owner, expires = lease if lease is not None else (self.owner, now + self.lease_seconds)
         meta = CheckpointMeta(
             checkpoint_id=self.checkpoint_id, version=(self.version or 0) + 1, status=status,
             step=step, fingerprint=self.fingerprint, created_at=self.created_at or now, updated_at=now,
-            lease_owner=self.owner if running else None,
-            lease_expires=now + self.lease_seconds if running else None, error=error, origin=self.origin,
+            lease_owner=owner if running else None, lease_expires=expires if running else None, error=error,
+            origin=self.origin,
         )
         record = {"format": _FORMAT, **content, "meta": _binding(meta)}
         if self.trace:
@@ -225,46 +247,95 @@ class Checkpointer:
         self._cache[name] = _PartCache(head=digest)
         return digest
 
-    def _list(self, name: str, items: list[Any], blobs: list[Blob]) -> str:
+    def _list(self, name: str, items: list[Any], blobs: list[Blob], *, owned: bool = False,
+              verify: bool = False) -> str:
         """A list part: when the list only grew, write just the new items as a segment on its chain.
 
-        Fast path (the cost of a step does not grow with the list): when every item written last time
-        is immutable (str, numbers, tuples, frozen pydantic models such as `Message`, frozen
-        dataclasses) and the list still holds those very objects in front, only the new items are
-        encoded. Otherwise one encoding of the whole list (C speed) and a byte-prefix test against the
-        last write: msgpack values are self-delimiting, so "the old items' bytes are a prefix of the new
-        ones" means exactly "the old items are unchanged and items were appended" — an item edited in
-        place changes the bytes and starts a new chain.
+        How "only grew" is known, cheapest first (docs/stores.md):
+
+        1. An append-owned field (`append`, `add_messages`) that is still the list object last written
+           and no shorter: the engine appended to it, so the new items are the tail. Not while the run
+           stops (`verify`): then the whole list is compared, so a pause or an end always stores exactly
+           what the state holds.
+        2. Every item written last time immutable, and our own copy of them still equal to the list in
+           front: by `==` at C speed when every item's equality is the codec's (str, bytes, numbers,
+           tuples, frozen pydantic models such as `Message`), by identity otherwise.
+        3. Otherwise one encoding of the whole list (C speed) and a byte-prefix test against the last
+           write: msgpack values are self-delimiting, so "the old items' bytes are a prefix of the new
+           ones" means exactly "the old items are unchanged and items were appended" — an item edited in
+           place changes the bytes and starts a new chain.
+
+        Paths 1 and 2 cost what was appended, whatever the list's length (B2 in docs/performance.md).
         """
         cached = self._cache.get(name)
-        if cached is not None and cached.items is not None and cached.links < MAX_CHAIN \
-                and len(items) >= cached.count and all(map(operator.is_, items, cached.items)):
-            if len(items) == cached.count:
-                return cached.head
-            new = items[cached.count:]
-            if all(map(_immutable, new)):
-                new_raw = _array_body(self.serializer.pack(new, root=f"{self.checkpoint_id}.{name}"))
-                digest = self._segment(cached.head, len(new), new_raw, blobs)
-                tail = cached.tail or []
-                tail.append(new_raw)
-                self._cache[name] = _PartCache(head=digest, raw=cached.raw, tail=tail, count=len(items),
-                                               links=cached.links + 1, items=list(items))
-                return digest
-        return self._list_by_bytes(name, items, cached, blobs)
+        if cached is not None and cached.links < MAX_CHAIN and len(items) >= cached.count:
+            if owned and not verify and cached.obj is items:
+                return self._grow(name, cached, items, blobs, self._extended(cached, items), unchecked=True)
+            mine = self._same_in_front(cached, items)
+            if mine is not None:
+                return self._grow(name, cached, items, blobs, mine)
+        return self._list_by_bytes(name, items, cached, blobs, owned=owned)
 
-    def _list_by_bytes(self, name: str, items: list[Any], cached: _PartCache | None, blobs: list[Blob]) -> str:
+    @staticmethod
+    def _same_in_front(cached: _PartCache, items: list[Any]) -> list[Any] | None:
+        """Our copy of `items` if the items written last time are still its front (path 2), else None."""
+        mine, n = cached.items, cached.count
+        if mine is None:
+            return None
+        new = items[n:]
+        if _settled_all(new) < (2 if cached.by_value else 1):
+            return None
+        mine.extend(new)
+        if mine == items if cached.by_value else all(map(operator.is_, items, mine)):
+            return mine
+        del mine[n:]
+        return None
+
+    @staticmethod
+    def _extended(cached: _PartCache, items: list[Any]) -> list[Any] | None:
+        """Path 1: our copy of the items kept up to date when the new ones allow it (else dropped)."""
+        mine, new = cached.items, items[cached.count:]
+        if mine is None or len(mine) != cached.count or _settled_all(new) < (2 if cached.by_value else 1):
+            return None
+        mine.extend(new)
+        return mine
+
+    def _grow(self, name: str, cached: _PartCache, items: list[Any], blobs: list[Blob],
+              mine: list[Any] | None, *, unchecked: bool = False) -> str:
+        """Append the items after `cached.count` as a segment of the part's chain (none: the same head).
+        `unchecked`: the items in front were not compared (path 1)."""
+        n = cached.count
+        if len(items) == n:
+            cached.obj, cached.items, cached.unchecked = items, mine, unchecked
+            cached.by_value = cached.by_value and mine is not None
+            return cached.head
+        new = items[n:]
+        new_raw = _array_body(self.serializer.pack(new, root=f"{self.checkpoint_id}.{name}"))
+        digest = self._segment(cached.head, len(new), new_raw, blobs)
+        tail = cached.tail or []
+        tail.append(new_raw)
+        self._cache[name] = _PartCache(head=digest, raw=cached.raw, tail=tail, count=len(items),
+                                       links=cached.links + 1, items=mine, unchecked=unchecked,
+                                       by_value=cached.by_value and mine is not None, obj=items)
+        return digest
+
+    def _list_by_bytes(self, name: str, items: list[Any], cached: _PartCache | None, blobs: list[Blob], *,
+                       owned: bool = False) -> str:
         raw = _array_body(self.serializer.pack(items, root=f"{self.checkpoint_id}.{name}"))
-        parent, new_raw, new_count, links = None, raw, len(items), 1  # a new chain, unless it only grew
         old = cached.full_raw() if cached is not None else None
-        if old is not None and raw.startswith(old):
-            if len(items) == cached.count:
-                return cached.head
-            if cached.links < MAX_CHAIN:  # else restart it: reading a chain stays bounded
-                parent, new_raw, new_count = cached.head, raw[len(old):], len(items) - cached.count
-                links = cached.links + 1
-        digest = self._segment(parent, new_count, new_raw, blobs)
-        kept = list(items) if all(map(_immutable, items)) else None
-        self._cache[name] = _PartCache(head=digest, raw=raw, count=len(items), links=links, items=kept)
+        grew = old is not None and raw.startswith(old)
+        if grew and len(items) == cached.count:  # unchanged
+            digest, links = cached.head, cached.links
+        elif grew and cached.links < MAX_CHAIN:  # only grew: a segment (else restart: a chain stays bounded)
+            digest = self._segment(cached.head, len(items) - cached.count, raw[len(old):], blobs)
+            links = cached.links + 1
+        else:  # a new chain
+            if owned and not grew and cached is not None and cached.unchecked:
+                _warn_changed_in_place(self.checkpoint_id, name[2:])
+            digest, links = self._segment(None, len(items), raw, blobs), 1
+        settled = _settled_all(items)
+        self._cache[name] = _PartCache(head=digest, raw=raw, count=len(items), links=links,
+                                       items=list(items) if settled else None, by_value=settled == 2, obj=items)
         return digest
 
     def _segment(self, parent: str | None, count: int, raw: bytes, blobs: list[Blob]) -> str:
@@ -485,21 +556,61 @@ def _array_head(count: int) -> bytes:
 
 
 _ATOMS = frozenset({str, bytes, int, float, bool, type(None), complex})
+_EQ_BY_CODEC: dict[type, bool] = {}
 
 
-def _immutable(value: Any, depth: int = 0) -> bool:
-    """True when nothing reachable from `value` can change in place (so identity proves equality)."""
+def _settled(value: Any, depth: int = 0) -> int:
+    """How a list item can be proved unchanged: 2 by `==` (it is immutable and its equality is the
+    codec's: built-in atoms, tuples of such, frozen pydantic models with pydantic's own `__eq__`, enums
+    compared by identity), 1 by identity (immutable: frozen dataclasses, frozensets, enums with a value
+    equality), 0 not at all (it can change in place: dicts, lists, mutable objects)."""
     kind = type(value)
     if kind in _ATOMS:
-        return True
+        return 2
     if depth > 8:
-        return False
-    if kind is tuple or kind is frozenset:
-        return all(_immutable(v, depth + 1) for v in value)
+        return 0
+    if kind is tuple:
+        return min((_settled(v, depth + 1) for v in value), default=2)
+    if kind is frozenset:
+        return min(1, min((_settled(v, depth + 1) for v in value), default=1))
     config = getattr(kind, "model_config", None)  # a pydantic model declared frozen
     if isinstance(config, dict) and config.get("frozen") and not getattr(value, "__pydantic_extra__", None):
-        return all(_immutable(v, depth + 1) for v in value.__dict__.values())
+        inner = min((_settled(v, depth + 1) for v in value.__dict__.values()), default=2)
+        return min(inner, 2 if _pydantic_eq(kind) else 1)
     params = getattr(kind, "__dataclass_params__", None)
     if params is not None and params.frozen and hasattr(value, "__dict__"):
-        return all(_immutable(v, depth + 1) for v in vars(value).values())
-    return isinstance(value, enum.Enum)
+        return min(1, min((_settled(v, depth + 1) for v in vars(value).values()), default=1))
+    if isinstance(value, enum.Enum):
+        return 2 if kind.__eq__ is object.__eq__ else 1
+    return 0
+
+
+def _settled_all(items: list[Any]) -> int:
+    """`_settled` of a list: the least of its items' (2 for no items), stopping at the first 0."""
+    least = 2
+    for item in items:
+        level = _settled(item)
+        if level < least:
+            if not level:
+                return 0
+            least = level
+    return least
+
+
+def _pydantic_eq(kind: type) -> bool:
+    """Whether `kind` compares with pydantic's own `__eq__` (same class, equal fields), not its own."""
+    known = _EQ_BY_CODEC.get(kind)
+    if known is None:
+        owner = next((c for c in kind.__mro__ if "__eq__" in c.__dict__), object)
+        known = _EQ_BY_CODEC[kind] = owner.__name__ == "BaseModel" and owner.__module__.startswith("pydantic")
+    return known
+
+
+def _warn_changed_in_place(checkpoint_id: str, field_name: str) -> None:
+    warnings.warn(
+        f"run '{checkpoint_id}': state field '{field_name}' has an append reducer, so its versions record only the "
+        "items appended to it, but an item already recorded was changed in place (or the list was reordered): the "
+        "versions written since then hold the old items; this one holds the list as it is now. Change such "
+        "items through the reducer (add_messages replaces an item by ID) or use a reducer of your own",
+        RuntimeWarning, stacklevel=2,
+    )

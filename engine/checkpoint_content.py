@@ -32,6 +32,7 @@ def position_to_plain(pos: RunPosition) -> dict[str, Any]:
         **({"lineage": pos.lineage} if pos.lineage else {}),
         **({"answers": pos.answers} if pos.answers is not None else {}),
         **({"nested": pos.nested} if pos.nested else {}),
+        **({"writers": pos.writers} if pos.writers else {}),
     }
 
 
@@ -62,11 +63,14 @@ def position_from_plain(d: dict[str, Any]) -> RunPosition:
     _shape(type(lineage) is str and (answers is None or _str_map(answers)), "lineage or answers")
     if answers is not None:
         ResumeRequest.from_plain(answers)  # raises ValueError when its parts have the wrong type
+    writers = d.get("writers", {})
+    _shape(_str_map(writers) and all(type(v) is str for v in writers.values()), "state writers")
     return RunPosition(
         step=d["step"], pending=d["pending"], inbox=d["inbox"], skipped=d["skipped"],
         interrupts={k: _record_from_plain(v) for k, v in d["interrupts"].items()},
         paused_before=d["before"], paused_after=d["after"], released=d.get("released", []),
         static_ids=static_ids, ledger=d.get("ledger", 0), lineage=lineage, answers=answers, nested=nested,
+        writers=writers,
         done=d["done"],
         output=d["output"], state=d.get("state"),
     )
@@ -175,4 +179,6 @@ def _difference(old: dict[str, Any], new: dict[str, Any], where: str = "") -> st
         changes.append("edge(s) " + ", ".join(f"{a} -> {b}" for a, b in came) + " added")
     if old.get("branches") != new.get("branches"):
         changes.append("branches changed")
+    if old.get("flow") != new.get("flow"):
+        changes.append("the workflow's inputs (field mappings, data or control dependencies) changed")
     return prefix + ("; ".join(changes) or "the structure differs")

@@ -21,8 +21,10 @@ def check_graph(
     max_steps: int | None,
     interrupt_before: Sequence[str],
     interrupt_after: Sequence[str],
+    edge_types: bool = True,
 ) -> None:
-    """Every whole-graph check, in the order a reader would look for the mistake."""
+    """Every whole-graph check, in the order a reader would look for the mistake. `edge_types=False`
+    (a workflow, whose field mappings are checked instead) skips comparing edge ends' annotations."""
     _check_options(g.name, trigger, max_steps)
     successors = _successor_map(g)
     _check_reachability(g, successors)
@@ -37,6 +39,8 @@ def check_graph(
         for key in keys:
             if key not in g.nodes:
                 raise GraphBuildError(f"graph '{g.name}': {option} names unknown node '{key}'")
+    if not edge_types:
+        return
     for a, b in g.edges:
         _check_types(g, a, b)
     for br in g.branches:
@@ -201,3 +205,7 @@ def _may_match(out_t: Any, in_t: Any) -> bool:
 
 def _tname(t: Any) -> str:
     return getattr(t, "__name__", None) or repr(t)
+
+
+# Shared with the workflow checks (engine/workflow.py), which compare field types the same way.
+output_type, input_type, may_match, type_name = _output_type, _input_type, _may_match, _tname

@@ -21,6 +21,7 @@ from .lifecycle import RunOptions, run_graph
 from .mermaid import render
 from .resume import answered_ids, interrupt_info, retire_failed_answers, standing_answers
 from .shape import GraphShape
+from .state_update import update_state
 
 __all__ = ["CompiledGraph", "RunSnapshot", "read_run"]
 
@@ -178,6 +179,19 @@ class CompiledGraph:
                               graph_structure=self.structure)
         loaded = await reader.load(version)
         return None if loaded is None else _snapshot(loaded)
+
+    async def update_state(self, checkpoint_id: str, values: Any, as_node: str | None = None, *,
+                           version: int | None = None, expected_version: int | None = None) -> Any:
+        """Edit a paused or finished run's state: `values` (a mapping of fields, or an `Update`) go through the
+        fields' reducers and are written as the run's next version, by compare-and-set, with its origin
+        (`"<id>@<version> update_state"`). `as_node` makes the edit that node's result: it does not run, and
+        the run continues after it. `version` edits an older version. Returns the new `CheckpointMeta`.
+
+        Raises `CheckpointNotFound`, `CheckpointConflict` (a live lease, or a version written since
+        `expected_version`), `GraphMismatch`, and `GraphRunError` for a field the state does not have
+        (docs/resume.md, "Editing a run's state")."""
+        return await update_state(self.shape, checkpoint_id, values, as_node, version=version,
+                                  expected_version=expected_version)
 
     def with_store(self, store: Any, *, durability: str | None = None) -> CompiledGraph:
         """The same graph (nodes, options, codec) recording to `store` instead (`durability` defaults to

@@ -43,6 +43,7 @@ class Graph:
         self.edges: list[tuple[str, str]] = []
         self.branches: list[Branch] = []
         self._frozen = False
+        self._plan_flow: Callable[[], Any] | None = None  # a Workflow's field mappings, checked at compile()
 
     def add_node(
         self,
@@ -133,8 +134,9 @@ class Graph:
         `store` + `durability` decide what is recorded (docs/stores.md); `lease_seconds` is how long a
         running run's claim lasts without renewal before another process may take it over.
         """
-        check_graph(self, trigger=trigger, max_steps=max_steps,
-                    interrupt_before=interrupt_before, interrupt_after=interrupt_after)
+        check_graph(self, trigger=trigger, max_steps=max_steps, interrupt_before=interrupt_before,
+                    interrupt_after=interrupt_after, edge_types=self._plan_flow is None)
+        plan = self._plan_flow() if self._plan_flow is not None else None
         if lease_seconds <= 0:
             raise GraphBuildError(f"graph '{self.name}': lease_seconds must be > 0, got {lease_seconds}")
         if durability is not None and durability not in ("step", "interrupt", "exit"):
@@ -147,7 +149,7 @@ class Graph:
             self.name, state_factory=self.state_factory, nodes=nodes, edges=self.edges, branches=self.branches,
             store=store, durability=durability or ("step" if store is not None else "exit"),
             interrupt_before=tuple(interrupt_before), interrupt_after=tuple(interrupt_after),
-            max_steps=max_steps, trigger=trigger, serializer=serializer, lease_seconds=lease_seconds,
+            max_steps=max_steps, trigger=trigger, serializer=serializer, lease_seconds=lease_seconds, plan=plan,
         ))
 
     def _with_subgraph_shape(self, spec: NodeSpec) -> NodeSpec:

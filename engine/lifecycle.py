@@ -447,7 +447,7 @@ class _Session:
         if pos.answers is not None and (status != "running" or not pos.interrupts):
             pos.answers = None  # every paused task they were for has run (or paused anew)
         async with self.writing:
-            await self._wrote(await self.cp.save(pos, status))
+            await self._wrote(await self.cp.save(pos, status, journal=run.journal))
 
     async def _save_stopped(self, status: str, error: str, *, shield: bool = False) -> None:
         """Store a failed or cancelled run at its last finished step (never with that step's changes)."""

@@ -26,6 +26,8 @@ after a step and reading it back in another process is all a resume needs:
   node, an agent used as a tool: `engine/nested.py`), by the nested run's address, each encoded at its
   last finished step. A task run again after a crash continues its nested run from there; an entry
   leaves when its run ends or pauses (a paused nested run lives in its task's `InterruptRecord.child`).
+- `writers`: DAG only, `{state field: node}` — the last node that wrote each state field without a
+  reducer, so a later writer that may have run in parallel with it is refused (engine/reducers.py).
 - `output` and `done` once the run has reached END.
 """
 
@@ -80,5 +82,6 @@ class RunPosition:
     lineage: str = ""
     answers: dict[str, Any] | None = None
     nested: dict[str, bytes] = field(default_factory=dict)
+    writers: dict[str, str] = field(default_factory=dict)
     done: bool = False
     output: Any = None

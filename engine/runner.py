@@ -22,10 +22,12 @@ from typing import Any, Protocol
 from .base import END, START
 from .errors import GraphRunError, MaxStepsExceeded, NodeError, WaypointError
 from .events import Emitter, Event
+from .field_mapping import assemble
 from .interrupts import Interrupt, new_interrupt_id
 from .merge import merge_values
 from .node_calls import cancel_all, in_daemon_thread, maybe_await, raised_for, take_key
 from .position import InterruptRecord, RunPosition
+from .reducers import StateJournal, Update, apply_writes
 from .resume import has_static_pause, record_awaits, resumed_records
 from .scope import _TASK, TaskScope, current_task
 from .shape import CNode, GraphShape
@@ -43,15 +45,17 @@ class RunInterrupted(BaseException):
 
 
 class _Done:
-    """A finished task: its output and the targets its edges and branches chose."""
+    """A finished task: its output, the targets its edges and branches chose, and its state writes."""
 
-    __slots__ = ("node", "output", "targets", "interrupt")
+    __slots__ = ("node", "output", "targets", "interrupt", "writes")
 
-    def __init__(self, node: CNode, output: Any, targets: tuple[str, ...], interrupt: BaseException | None = None):
+    def __init__(self, node: CNode, output: Any, targets: tuple[str, ...], interrupt: BaseException | None = None,
+                 writes: list[dict[str, Any]] | None = None):
         self.node = node
         self.output = output
         self.targets = targets
         self.interrupt = interrupt
+        self.writes = writes
 
 
 class Run:
@@ -92,6 +96,10 @@ class Run:
         self.place = self.address  # a subgraph's: its parent task's place (TaskScope.place)
         self.offload_sync = True  # sync node code runs on a thread (False under invoke(): the loop is the run's own)
         self.progress: NestedProgress | None = None  # the root's record of nested runs' steps (durability="step")
+        self.reducers = graph.reducers  # a subgraph sharing its parent's state takes the parent's (and journal)
+        self.journal = StateJournal(owned=graph.reducers.owned)
+        self._writes: dict[str, list[dict[str, Any]]] = {}  # node -> the writes of its `Update`s, while it runs
+        self._wrote = False  # some task of this step returned an `Update`
         self._pause_saved = False
 
     # --- phase 1: start or restore ---------------------------------------------------------------
@@ -233,15 +241,10 @@ class Run:
                 return
             if not tasks:
                 return
-            if pos.step >= self.max_steps:
-                raise MaxStepsExceeded(
-                    f"graph '{self.graph.name}' reached max_steps={self.max_steps} supersteps without "
-                    f"reaching END (still pending: {sorted(pos.pending)}); raise max_steps or check for an "
-                    "unintended cycle",
-                    max_steps=self.max_steps,
-                )
-            self._before_step()
+            self._begin_superstep()
             results = await self._submit_all(tasks)
+            if self._wrote:  # some task returned an Update: its writes first, in graph order
+                self._write(results)
             for done in results:
                 self._apply(done)
             if not pos.interrupts:
@@ -316,12 +319,57 @@ class Run:
             if isinstance(outcome, BaseException):
                 error = error or outcome
                 continue
+            if outcome.writes:
+                try:
+                    self._write([outcome])
+                except GraphRunError as err:  # its writes cannot be applied: the task counts as failed
+                    error = error or err
+                    continue
             try:
                 self._apply(outcome)
             except GraphRunError as err:  # a fan-in could not merge: its inputs stay in the inbox
                 error = error or err
             self.pos.step += 1
         return error
+
+    def _begin_superstep(self) -> None:
+        """Pregel: a superstep may start only within max_steps, and only while the run's lease holds."""
+        if self.pos.step >= self.max_steps:
+            raise MaxStepsExceeded(
+                f"graph '{self.graph.name}' reached max_steps={self.max_steps} supersteps without reaching END "
+                f"(still pending: {sorted(self.pos.pending)}); raise max_steps or check for an unintended cycle",
+                max_steps=self.max_steps,
+            )
+        if self.before_step is not None:
+            self.before_step()
+
+    def _write(self, results: list[_Done]) -> None:
+        """Apply the state writes of finished tasks in graph order, field by field through the reducers.
+
+        A field without a reducer takes one write per Pregel superstep; in a DAG, a later writer must come
+        after the earlier one in the graph (two tasks that may run in parallel cannot both write it)."""
+        self._wrote = False
+        writers = [d for d in results if d.writes]
+        order = self.graph.order
+        writes = [(d.node.key, values) for d in sorted(writers, key=lambda d: order[d.node.key]) for values in d.writes]
+        if self.graph.trigger == "all":
+            self._check_parallel_writes(writes)
+        replaced = apply_writes(self.pos.state, writes, self.reducers, self.journal, self.graph.name)
+        if self.graph.trigger == "all":
+            self.pos.writers.update(replaced)
+
+    def _check_parallel_writes(self, writes: list[tuple[str, dict[str, Any]]]) -> None:
+        graph, writers = self.graph, self.pos.writers
+        for node, values in writes:
+            for name in values:
+                before = writers.get(name)
+                if name in self.reducers.by_field or before is None or before == node \
+                        or graph.runs_before(before, node):
+                    continue
+                raise GraphRunError(
+                    f"graph '{graph.name}': state field '{name}' is written by '{before}' and by '{node}', which "
+                    f"may run in parallel (neither comes after the other), and it has no reducer to merge them; "
+                    f"declare one (Annotated[..., append] or a function (current, update) -> new)")
 
     async def _submit_all(self, tasks: list[tuple[str, Any]]) -> list[_Done]:
         nodes = self.graph.nodes
@@ -353,13 +401,15 @@ class Run:
             self.halted = True
         output = done.output
         inbox = pos.inbox
+        control_only = done.node.control_only
         for target in done.targets:
+            value = output if not control_only or target not in control_only else None  # workflow: no data
             slot = inbox.get(target)
             if slot is None:
-                inbox[target] = {key: output}
+                inbox[target] = {key: value}
             else:
-                slot[key] = output
-            if target == END and self.sink is not None and not done.node.live_end:
+                slot[key] = value
+            if target == END and self.sink is not None and not done.node.live_end and self.graph.plan is None:
                 for chunk in to_chunks(output):
                     self.sink(chunk)
         if self.graph.trigger == "all":
@@ -393,14 +443,19 @@ class Run:
         got = pos.inbox.get(node, {})
         if len(got) + len(pos.skipped.get(node, ())) < len(self.graph.preds[node]):
             return False
-        if not got:
+        plan = self.graph.plan
+        if not got or plan is not None and node in plan.control and not plan.control[node] & got.keys():
+            pos.inbox.pop(node, None)  # every control predecessor skipped it (data may have arrived)
             pos.skipped.pop(node, None)
             return True
-        value = self._merge(node, got)
+        value = self._merge(node, got) if plan is None else self._assemble(node, got)
         del pos.inbox[node]
         pos.skipped.pop(node, None)
         if node == END:
             pos.output, pos.done = self._final(value), True
+            if plan is not None and self.sink is not None:  # a workflow's result is what END assembled
+                for chunk in to_chunks(value):
+                    self.sink(chunk)
         else:
             pos.pending[node] = value
         return False
@@ -415,6 +470,12 @@ class Run:
             return
         pos.pending = {node: self._merge(node, values) for node, values in inbox.items()}
         pos.inbox = {}
+
+    def _assemble(self, node: str, got: dict[str, Any]) -> Any:
+        """Workflow: a node's input from its predecessors' fields (streams joined first) and static values."""
+        if self.streaming:
+            got = {s: to_value(v, where=f"node '{s}'") for s, v in got.items()}
+        return assemble(self.graph.plan, self.graph.name, node, got)
 
     def _final(self, value: Any) -> Any:
         """The run's output: a subgraph hands its parent the stream itself, the root run a value."""
@@ -444,10 +505,12 @@ class Run:
             output = await self._call(node, value, path)
             targets = await self._route(node, output)
         except (Interrupt, RunInterrupted) as signal:
+            self._writes.pop(node.key, None)  # a paused task writes nothing
             if emitter.active and isinstance(signal, Interrupt):
                 await emitter.emit(Event("interrupt", path, signal.info, self.pos.step))
             return _Done(node, None, (), interrupt=signal)
         except Exception as err:
+            self._writes.pop(node.key, None)
             wrapped = err if raised_for(path, err) else NodeError(path, err)
             if emitter.active:
                 await emitter.emit(Event("error", path, wrapped, self.pos.step))
@@ -458,9 +521,13 @@ class Run:
             _TASK.reset(token)
         if emitter.active:
             await emitter.emit(Event("end", path, output, self.pos.step))
+        if self._writes:
+            return _Done(node, output, targets, None, self._writes.pop(node.key, None))
         return _Done(node, output, targets)
 
     async def _call(self, node: CNode, value: Any, path: tuple[str, ...]) -> Any:
+        """The node's output after its handlers; the state writes of an `Update` it (or `post`) returned
+        wait in `self._writes` and are applied when the task is applied."""
         state = self.pos.state
         if node.input_key is not None:
             value = take_key(node, to_value(value, where=f"the input of node '{node.key}'"))
@@ -481,12 +548,22 @@ class Run:
                 output = await in_daemon_thread(fn.call, plain, state) if self.offload_sync else fn.call(plain, state)
             else:
                 output = await runnable.invoke(runnable._value(value), state)
+        if type(output) is Update:
+            output = self._took(node, output)
         if node.post is not None:
             output = await maybe_await(node.post.call(to_value(output, where=node.key), state))
+            if type(output) is Update:
+                output = self._took(node, output)
         if node.output_key is not None:
             k = node.output_key
             output = Chunks([{k: c} for c in output.items]) if type(output) is Chunks else {k: output}
         return output
+
+    def _took(self, node: CNode, update: Update) -> Any:
+        """Keep an `Update`'s writes for when the task is applied; what the node sends on is its output."""
+        self._writes.setdefault(node.key, []).append(update.values)
+        self._wrote = True
+        return update.output
 
     async def _stream(self, node: CNode, value: Any, path: tuple[str, ...], state: Any) -> Chunks:
         chunks: list[Any] = []
@@ -549,6 +626,8 @@ class Run:
         child.step_key, child.token, child.version = self.step_key, self.token, self.version
         child.before_step, child.progress = self.before_step, self.progress
         child.offload_sync = self.offload_sync
+        if graph.state_factory is None:  # it writes its parent's state: through the parent's reducers
+            child.reducers, child.journal = self.reducers, self.journal
         if place is not None:
             child.place = place
         progress = self.progress

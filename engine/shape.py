@@ -15,7 +15,9 @@ from typing import Any
 
 from .base import END, START, Branch, NodeSpec
 from .errors import GraphBuildError, GraphRunError
+from .field_mapping import FlowPlan
 from .nodes import NodeRunnable, _Fn, as_runnable
+from .reducers import Reducers, reducers_of
 from .retry import RetryPolicy
 
 __all__ = ["GraphShape", "CNode", "CBranch"]
@@ -65,6 +67,8 @@ class CNode:
     edges: tuple[str, ...]
     branches: tuple[CBranch, ...]
     live_end: bool = False
+    control_only: frozenset[str] = frozenset()
+    """Workflow: targets that depend on this node's running but take none of its output (sent None)."""
 
 
 class GraphShape:
@@ -89,9 +93,13 @@ class GraphShape:
         trigger: str,
         serializer: Any,
         lease_seconds: float = 30.0,
+        plan: FlowPlan | None = None,
     ) -> None:
         self.name = name
+        self.plan = plan
+        """A workflow's data flow (field mappings, control predecessors); None for a graph."""
         self.state_factory = state_factory
+        self.reducers: Reducers = reducers_of(state_factory, name)
         self.trigger = trigger
         self.max_steps = max_steps or len(nodes) + 10
         self.store = store
@@ -112,6 +120,12 @@ class GraphShape:
             for s in succs:
                 preds[s].append(src)
         self.preds = {k: tuple(v) for k, v in preds.items()}
+        self._below: dict[str, frozenset[str]] | None = None
+        if plan is not None:
+            for key, node in (*self.nodes.items(), (START, self.start)):
+                node.live_end = False  # what reaches END is assembled from fields, not forwarded as it comes
+                node.control_only = frozenset(t for t in node.edges
+                                              if key not in {src for src, _ in plan.sources.get(t, ())})
 
     def _compile_node(self, spec: NodeSpec) -> CNode:
         obj = spec.runnable
@@ -156,6 +170,25 @@ class GraphShape:
     def successors_of(self, key: str) -> tuple[str, ...]:
         return self._successors[key]
 
+    def runs_before(self, a: str, b: str) -> bool:
+        """DAG: whether node `a` always finishes before node `b` starts (`b` is reachable from `a`)."""
+        if self._below is None:
+            below: dict[str, frozenset[str]] = {}
+
+            def reach(k: str) -> frozenset[str]:
+                if k not in below:
+                    found: set[str] = set()
+                    for s in self._successors.get(k, ()):
+                        found.add(s)
+                        found |= reach(s)
+                    below[k] = frozenset(found)
+                return below[k]
+
+            for k in self._successors:
+                reach(k)
+            self._below = below
+        return b in self._below.get(a, ())
+
     @property
     def structure(self) -> dict[str, Any]:
         """The graph's shape as plain data (what a checkpoint's fingerprint is computed from)."""
@@ -168,6 +201,8 @@ class GraphShape:
                 "edges": sorted([a, b] for a, b in self.edges),
                 "branches": sorted([b.source, sorted(map(str, b.ends.values()))] for b in self.branches),
             }
+            if self.plan is not None:  # only workflows have it: a graph's fingerprint is what it always was
+                self._structure["flow"] = self.plan.structure()
         return self._structure
 
     def get_serializer(self) -> Any:

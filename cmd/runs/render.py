@@ -129,7 +129,9 @@ def show_run(run: StoredRun, console: Console, *, hint: str) -> None:
               ("updated", clock(meta.updated_at)),
               ("lease", lease_text(meta)),
               ("error", meta.error and clip(" ".join(meta.error.split()), TEXT_LIMIT)),
-              ("origin", meta.origin and f"{meta.origin} (forked or resumed from that version)")]
+              ("origin", meta.origin and f"{meta.origin} " + ("(its state edited from that version)"
+                                                               if " update_state" in meta.origin else
+                                                               "(forked or resumed from that version)"))]
     for name, value in fields:
         if value:
             console.line(f"  {name:<9} {visible(value, strict=True)}")

@@ -165,15 +165,16 @@ def child_parser(cases: tuple[str, ...], description: str) -> argparse.ArgumentP
 
 def child_main(make: Callable[..., Target], cases: tuple[str, ...], metric: str, description: str,
                budget: Budget = Budget(), argv: list[str] | None = None,
-               async_cases: tuple[str, ...] = ()) -> None:
+               async_cases: tuple[str, ...] = (), waypoint_api: str = "sync") -> None:
     """Entry point of a workload module: build, warm up, time, print the result.
 
-    `async_cases` always use the async API (e.g. cases whose nodes are `async def`).
+    `async_cases` always use the async API (e.g. cases whose nodes are `async def`); `waypoint_api` is the
+    Waypoint side's default (an agent's `Runner` is async only).
     """
     args = child_parser(cases, description).parse_args(argv)
     # Both sides call sync invoke: the nodes are sync functions, which Waypoint's ainvoke runs on a thread
     # (so they never stall a shared event loop) and its invoke runs on the run's own loop.
-    api = args.api if args.api != "default" else "sync"
+    api = args.api if args.api != "default" else (waypoint_api if args.impl == "waypoint" else "sync")
     if args.case in async_cases:
         api = "async"
     try:

@@ -169,4 +169,4 @@ def make(impl: str, case: str, api: str) -> Target:
 
 
 if __name__ == "__main__":
-    child_main(make, CASES, "ms_per_iteration", __doc__)
+    child_main(make, CASES, "ms_per_iteration", __doc__, waypoint_api="async")

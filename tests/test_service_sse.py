@@ -164,3 +164,47 @@ def test_events_need_the_token(tmp_path):
     app = create_app(approval_agent([]), SQLiteStore(tmp_path / "runs.db"), auth=TOKEN)
     with Served(app) as s:
         assert httpx.get(f"{s.url}/events", timeout=5).status_code == 401
+
+
+def _first(client, path: str) -> tuple[int, str, dict]:
+    with client.stream("GET", path) as resp:
+        for ident, kind, data in events(resp):
+            return int(ident), kind, data
+    raise AssertionError(f"{path}: no event")
+
+
+def test_a_run_deleted_by_another_process_never_replays_its_events_to_the_next_run_on_its_id(tmp_path):
+    """Two services on one database: A holds run X's events; X is deleted through B and started again (through
+    B, then through A). A reader of X on A naming an old event ID gets a snapshot of the new run, and a reader
+    of A's /events that reconnects is replayed no event of a run that is gone (the old X's arguments)."""
+    import json
+
+    db = tmp_path / "runs.db"
+    apps = [create_app(approval_agent([]), SQLiteStore(db), auth=TOKEN) for _ in range(2)]
+    with Served(apps[0]) as a, Served(apps[1]) as b, a.client(TOKEN) as ca, b.client(TOKEN) as cb:
+        hub_before = _first(ca, "/events")[0]
+        start = ca.post("/runs", json={"input": "cat /secret-old", "checkpoint_id": "X"}).json()["last_event_id"]
+        old = _collect(ca, "/runs/X/events", {"Last-Event-ID": str(start)}, "end")
+        assert any("secret-old" in json.dumps(d) for _, _, d in old)
+        ca.post("/runs", json={"input": "cat /gone-here", "checkpoint_id": "Z", "wait": True})
+        assert ca.delete("/runs/Z").status_code == 204  # deleted through A itself
+        assert cb.delete("/runs/X").status_code == 204  # through B: A learns of it only from the store
+        for where in (cb, ca):  # the new run on X started through B, then (deleted again) through A
+            assert where.post("/runs", json={"input": "ls", "checkpoint_id": "X", "wait": True}).status_code == 201
+            for seen in (start, old[0][0], old[len(old) // 2][0], old[-1][0]):
+                _, kind, data = _first(ca, f"/runs/X/events?after={seen}")
+                assert kind == "snapshot" and data["interrupts"][0]["arguments"] == {"command": "ls"}, (kind, data)
+            assert where.delete("/runs/X").status_code == 204
+        ca.post("/runs", json={"input": "ls", "checkpoint_id": "X", "wait": True})
+        ca.post("/runs", json={"input": "pwd", "checkpoint_id": "Y", "wait": True})
+        replayed = []
+        with ca.stream("GET", f"/events?after={hub_before}") as resp:  # a reconnect: the log is replayed
+            for _, kind, data in events(resp):
+                replayed.append((kind, data))
+                if kind == "end" and data["checkpoint_id"] == "Y":
+                    break
+        text = json.dumps([d for _, d in replayed])
+        assert "secret-old" not in text and "gone-here" not in text, replayed
+        shown = [(k, d["checkpoint_id"]) for k, d in replayed if k in ("started", "interrupt", "end")]
+        assert shown == [("started", "X"), ("interrupt", "X"), ("end", "X"),
+                         ("started", "Y"), ("interrupt", "Y"), ("end", "Y")], shown

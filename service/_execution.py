@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from waypoint.engine import GraphInterrupted, WaypointError
-from waypoint.engine.jsonable import message_json, tool_arguments
+from waypoint.engine.jsonable import tool_arguments
 
 from ._events import EventLog, Logs
 from ._targets import Target
-from ._views import pending_view, plain
+from ._views import message_view, pending_view, plain
 
 __all__ = ["Executor", "Execution", "Outcome"]
 
@@ -175,37 +175,39 @@ class Executor:
             async for event in events:
                 if event.error is not None:
                     return event.error
+                path = list(event.run_path) or [ex.target.runner.agent.name]  # which agent: a composition's differ
                 if event.output is not None:
-                    await self._output(ex, event.output)
+                    await self._output(ex, event.output, path)
                 elif event.action is not None:
-                    self._action(ex, event.action)
+                    self._action(ex, event.action, path)
         except WaypointError as err:  # the run did not start (the Runner raises what means "nothing ran")
             return err
         return None
 
-    async def _output(self, ex: Execution, out: Any) -> None:
+    async def _output(self, ex: Execution, out: Any, path: list[str]) -> None:
         if out.stream is not None and out.role == "assistant":
             async for chunk in out.stream:  # live: each token as the model produces it
                 if chunk.content:
-                    ex.log.append("token", {"text": chunk.content})
+                    ex.log.append("token", {"text": chunk.content, "run_path": path})
         message = await out.get_message()
         if out.role != "assistant":
             ex.log.append("tool_result", {"call_id": message.tool_call_id, "name": out.tool_name or message.name,
-                                          "content": message.content})
+                                          "content": message.content, "run_path": path})
             return
-        ex.log.append("message", message_json(message))
+        ex.log.append("message", {**message_view(message), "run_path": path})
         for call in message.tool_calls:
-            ex.log.append("tool_call", {"call_id": call.id, "name": call.name, "arguments": tool_arguments(call.arguments)})
+            ex.log.append("tool_call", {"call_id": call.id, "name": call.name, "arguments": tool_arguments(call.arguments),
+                                        "arguments_json": call.arguments, "run_path": path})
 
-    def _action(self, ex: Execution, action: Any) -> None:
+    def _action(self, ex: Execution, action: Any, path: list[str]) -> None:
         if action.interrupted is not None:
-            ex.interrupted(action.interrupted)
+            ex.interrupted(action.interrupted)  # each interrupt in it says where it was raised (`run_path`)
         elif action.decision is not None:
-            ex.log.append("decision", plain(action.decision))
+            ex.log.append("decision", _with_path(plain(action.decision), path))
         elif action.retry is not None:
-            ex.log.append("retry", plain(action.retry))
+            ex.log.append("retry", _with_path(plain(action.retry), path))
         elif action.rerun is not None:
-            ex.log.append("rerun", plain(action.rerun))
+            ex.log.append("rerun", _with_path(plain(action.rerun), path))
 
     # --- graphs: engine Events -> log events -------------------------------------------------------------
 
@@ -231,3 +233,7 @@ class Executor:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _with_path(data: Any, path: list[str]) -> dict[str, Any]:
+    return {**data, "run_path": path} if isinstance(data, dict) else {"value": data, "run_path": path}

@@ -46,7 +46,9 @@ def test_the_first_token_arrives_before_the_run_ends(tmp_path):
     message = next(d for k, d, _ in seen if k == "message")
     assert message["tool_calls"][0]["arguments"] == {"command": "uptime"}
     assert next(d for k, d, _ in seen if k == "tool_call") == {"call_id": "call_1", "name": "execute",
-                                                               "arguments": {"command": "uptime"}}
+                                                               "arguments": {"command": "uptime"},
+                                                               "arguments_json": '{"command": "uptime"}',
+                                                               "run_path": ["ops"]}
     interrupt = next(d for k, d, _ in seen if k == "interrupt")
     assert interrupt["interrupts"][0]["tool"] == "execute" and interrupt["version"] == seen[-1][1]["version"]
 
@@ -208,3 +210,31 @@ def test_a_run_deleted_by_another_process_never_replays_its_events_to_the_next_r
         shown = [(k, d["checkpoint_id"]) for k, d in replayed if k in ("started", "interrupt", "end")]
         assert shown == [("started", "X"), ("interrupt", "X"), ("end", "X"),
                          ("started", "Y"), ("interrupt", "Y"), ("end", "Y")], shown
+
+
+def test_every_agent_event_says_which_agent_of_a_composition_it_comes_from(tmp_path):
+    """boss calls the agent tool researcher, which asks for execute under approval; both name their call
+    "call_0". Over HTTP each token, message, tool call, tool result and decision carries its `run_path`, and
+    the pause says it is the researcher's call."""
+    from service_support import SERVED, ServeProcess
+
+    agent_kinds = {"token", "message", "tool_call", "tool_result", "decision", "retry", "rerun"}
+    with ServeProcess(tmp_path, agents=SERVED + ",service_agent:boss") as server, server.client() as c:
+        start = c.post("/runs", json={"agent": "boss", "input": "uptime", "checkpoint_id": "team"}).json()
+        first = _collect(c, "/runs/team/events", {"Last-Event-ID": str(start["last_event_id"])}, "end")
+        (pause,) = next(d for _, k, d in first if k == "interrupt")["interrupts"]
+        assert pause["run_path"] == ["boss", "researcher"] and pause["call_id"] == "call_0"
+        assert c.get("/approvals").json()["approvals"][0]["run_path"] == ["boss", "researcher"]
+        r = c.post("/runs/team/resume", json={"answers": [{"action": "approve", "interrupt_id": pause["id"],
+                                                            "digest": pause["digest"]}]})
+        rest = _collect(c, "/runs/team/events", {"Last-Event-ID": str(r.json()["last_event_id"])}, "end")
+    seen = [(k, d) for _, k, d in first + rest if k in agent_kinds]
+    assert {k for k, _ in seen} >= {"token", "message", "tool_call", "tool_result", "decision"}
+    assert all(d.get("run_path") in (["boss"], ["boss", "researcher"]) for _, d in seen), seen
+    calls = [(d["name"], d["call_id"], d["run_path"]) for k, d in seen if k == "tool_call"]
+    assert calls == [("researcher", "call_0", ["boss"]), ("execute", "call_0", ["boss", "researcher"])]
+    results = [(d["name"], d["run_path"]) for k, d in seen if k == "tool_result"]
+    assert results == [("execute", ["boss", "researcher"]), ("researcher", ["boss"])]
+    (decision,) = [d for k, d in seen if k == "decision"]
+    assert (decision["tool"], decision["verb"], decision["run_path"]) == ("execute", "approved", ["boss", "researcher"])
+    assert server.ran() == ["uptime"]

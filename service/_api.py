@@ -283,7 +283,10 @@ class _Api:
                 return True
             cid, created_at = event.run
             if cid not in stored:
-                head = await self.store.history(cid, limit=1)
+                try:
+                    head = await self.store.history(cid, limit=1)
+                except Exception:  # noqa: BLE001 - what cannot be checked is not replayed
+                    head = []
                 stored[cid] = head[0].created_at if head else None
             return created_at is not None and stored[cid] == created_at
 

@@ -12,7 +12,7 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import TypeAdapter, ValidationError
 from waypoint.engine import Message
 
-from ._events import stream
+from ._events import LogEvent, stream
 from ._execution import Execution
 from ._guard import guarded_route
 from ._paging import HISTORY_PAGE, MAX_VERSION, decode_cursor, encode_cursor, history_page
@@ -106,13 +106,13 @@ class _Api:
     def __init__(self, state: ServiceState) -> None:
         self.state, self.store, self.executor = state, state.store, state.executor
 
-    async def _answer(self, ex: Execution, attempt: Attempt, first_event: int, wait: bool, code: int) -> Any:
+    async def _answer(self, ex: Execution, attempt: Attempt, wait: bool, code: int) -> Any:
         outcome = await ex.claimed
         if outcome.version is None:
             return await refused(self.state, attempt, outcome.error)
         if not wait:
             return SafeJSONResponse({"checkpoint_id": ex.checkpoint_id, "graph": ex.target.name, "status": "running",
-                                     "version": outcome.version, "last_event_id": first_event}, status_code=code)
+                                     "version": outcome.version, "last_event_id": ex.first_event}, status_code=code)
         await ex.finished
         view = await self._view(ex.checkpoint_id)
         if isinstance(view, SafeJSONResponse):
@@ -150,9 +150,8 @@ class _Api:
         cid = body.checkpoint_id or uuid.uuid4().hex
         head = await self.store.history(cid, limit=1)
         attempt = Attempt(checkpoint_id=cid, how="start", seen=head[0].version if head else None)
-        first_event = self.state.logs.get(cid).last_id
         ex = self.executor.launch(target, cid, "start", input=data, force_new_run=body.force_new_run)
-        return await self._answer(ex, attempt, first_event, body.wait, 201)
+        return await self._answer(ex, attempt, body.wait, 201)
 
     async def list_runs(self, status: Literal["running", "interrupted", "completed", "failed"] | None = None,
                         limit: int = Query(50, ge=1, le=500),
@@ -199,10 +198,10 @@ class _Api:
         if not isinstance(prepared, Prepared):
             return prepared
         attempt = Attempt(checkpoint_id=checkpoint_id, how="resume", seen=prepared.seen.version, takeover=body.takeover)
-        first_event = self.state.logs.get(checkpoint_id).last_id
         ex = self.executor.launch(prepared.target, checkpoint_id, "resume", resume=prepared.resume,
-                                  takeover=body.takeover, expected_version=prepared.seen.version)
-        return await self._answer(ex, attempt, first_event, body.wait, 200)
+                                  takeover=body.takeover, expected_version=prepared.seen.version,
+                                  created_at=prepared.seen.created_at)
+        return await self._answer(ex, attempt, body.wait, 200)
 
     async def delete_run(self, checkpoint_id: str,
                          force: bool = Query(False, description="also a run that is running")) -> Any:
@@ -232,8 +231,14 @@ class _Api:
                          ) -> Any:
         """The run's events as Server-Sent Events: a `snapshot` first (unless `Last-Event-ID` names an event
         still in the log: then what followed it), then live events as they happen."""
-        if checkpoint_id not in self.executor.running and not await self.store.history(checkpoint_id, limit=1):
-            return missing(checkpoint_id)
+        executing = self.executor.running.get(checkpoint_id)
+        if executing is not None:  # its log is the run's since its claim
+            log = executing.log
+        else:
+            head = await self.store.history(checkpoint_id, limit=1)
+            if not head:
+                return missing(checkpoint_id)
+            log = self.state.logs.current(checkpoint_id, head[0].created_at)  # never another run's log
 
         async def snapshot() -> dict[str, Any]:
             view = await self._view(checkpoint_id)
@@ -242,7 +247,6 @@ class _Api:
             status = "deleted" if view.status_code == 404 else "unreadable"
             return {"checkpoint_id": checkpoint_id, "status": status, "detail": json.loads(view.body)["detail"]}
 
-        log = self.state.logs.get(checkpoint_id)
         return _sse_response(stream(log, _event_id(last_event_id, after), snapshot))
 
     async def approvals(self, limit: int = Query(100, ge=1, le=500)) -> Any:
@@ -267,11 +271,26 @@ class _Api:
 
     async def service_events(self, last_event_id: str | None = Header(None, alias="Last-Event-ID"),
                              after: str | None = Query(None, max_length=64)) -> Any:
-        """Every run's `started`, `interrupt`, `end` and `deleted` events (what the approval page follows)."""
+        """Every run's `started`, `interrupt`, `end` and `deleted` events (what the approval page follows). A
+        reader that reconnects is replayed only the events of runs that are still stored."""
         async def snapshot() -> dict[str, Any]:
             return {"active": sorted(self.executor.running), "at": time.time()}
 
-        return _sse_response(stream(self.state.logs.hub, _event_id(last_event_id, after), snapshot))
+        stored: dict[str, float | None] = {}  # checkpoint ID -> the created_at of its run now
+
+        async def replayable(event: LogEvent) -> bool:
+            if event.run is None:
+                return True
+            cid, created_at = event.run
+            if cid not in stored:
+                try:
+                    head = await self.store.history(cid, limit=1)
+                except Exception:  # noqa: BLE001 - what cannot be checked is not replayed
+                    head = []
+                stored[cid] = head[0].created_at if head else None
+            return created_at is not None and stored[cid] == created_at
+
+        return _sse_response(stream(self.state.logs.hub, _event_id(last_event_id, after), snapshot, replayable))
 
 
 def _messages(value: Any) -> Any:

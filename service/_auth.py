@@ -28,11 +28,11 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPBearer
 from waypoint.engine import WaypointError
 
-from ._sessions import CSRF_KEY_HEADER, Session, Sessions
+from ._sessions import CSRF_KEY_HEADER, Session, Sessions, token_key
 from ._throttle import Busy, Throttle
 
 __all__ = ["Auth", "AuthError", "Gate", "Identity", "SCOPES", "TOKEN_ENV", "READ_TOKEN_ENV", "MIN_TOKEN_LENGTH",
-           "LOGIN_HEADER", "LOGIN_VALUE", "session_cookie"]
+           "LOGIN_HEADER", "LOGIN_VALUE", "LOGINS_FREE", "session_cookie"]
 
 SCOPES = frozenset({"read", "start", "resume", "delete"})
 TOKEN_ENV = "WAYPOINT_TOKEN"
@@ -42,6 +42,8 @@ MIN_TOKEN_LENGTH = 16
 LOGIN_HEADER = "x-requested-with"
 LOGIN_VALUE = "waypoint"
 """What the page's login form sends: a form or a link on another site cannot."""
+LOGINS_FREE = 10
+"""Page logins with one token per minute before each further one waits its turn (0.25 s, doubling to 1 s)."""
 
 Decide = Callable[[str], Union[Iterable[str], bool, None, Awaitable[Union[Iterable[str], bool, None]]]]
 """`decide(token)` -> the token's scopes; True for every scope; None / False / empty for an unknown token."""
@@ -151,8 +153,12 @@ _UNAUTHORIZED = "a valid bearer token is required (Authorization: Bearer <token>
 class Gate:
     """Authenticates requests from their headers alone, and decides what each may do."""
 
-    def __init__(self, auth: Auth, sessions: Sessions, throttle: Throttle | None = None) -> None:
+    def __init__(self, auth: Auth, sessions: Sessions, throttle: Throttle | None = None,
+                 logins: Throttle | None = None) -> None:
         self.auth, self.sessions, self.throttle = auth, sessions, throttle or Throttle()
+        self.logins = logins or Throttle(free=LOGINS_FREE, first_delay=0.25, max_delay=1.0, queue=64)
+        """Page logins per token: past `LOGINS_FREE` a minute, each waits its turn (a token cannot churn
+        through sessions, its own or anyone's)."""
 
     async def check_token(self, request: Request, token: str) -> frozenset[str] | None:
         """`token`'s scopes, in its client's turn (slowed after repeated failures); 429 when too many wait."""
@@ -162,6 +168,24 @@ class Gate:
         except Busy:
             raise HTTPException(429, "too many wrong tokens from this address; try again later",
                                 headers={"Retry-After": str(int(self.throttle.max_delay) + 1)}) from None
+
+    async def login(self, request: Request, token: str) -> tuple[frozenset[str], str, Session] | None:
+        """Open a page session for `token`: (its scopes, the session ID for the cookie, the session), or None
+        for a token that is not valid (checked like a bearer token, slowed when wrong). Logins with one token
+        take turns once it has logged in `LOGINS_FREE` times within a minute; 429 when too many wait."""
+        scopes = await self.check_token(request, token)
+        if scopes is None:
+            return None
+
+        async def open_session() -> tuple[str, Session]:
+            return self.sessions.open(token)
+
+        try:
+            session_id, session = await self.logins.check(token_key(token), open_session, lambda _: True)
+        except Busy:
+            raise HTTPException(429, "too many logins with this token at once; log in again in a few seconds",
+                                headers={"Retry-After": str(int(self.logins.max_delay) + 1)}) from None
+        return scopes, session_id, session
 
     async def identify(self, request: Request) -> Identity:
         """The request's identity, or HTTPException 401 (429 for a client that keeps guessing)."""

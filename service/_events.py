@@ -5,6 +5,12 @@ microseconds, so IDs increase within a run, across runs, and across a restart of
 keeps its newest `LOG_SIZE` events. A reader that names the last ID it saw (`Last-Event-ID`) gets what
 followed it if that ID is still in the log; otherwise — a new reader, a server restart, a reader that fell
 behind — it gets a `snapshot` event (the stored run, read now) and then what happens next.
+
+A run's log belongs to the run it was made for: its `run` is that run's `created_at`, which a new run on the
+same ID (after a delete, in this process or another, or a start over a completed run) does not share. A
+reader is given a log only if it is the stored run's (`Logs.current`); another run's log is ended and
+replaced, never replayed. The service-wide log tags each event with its run, and a reader that reconnects
+is replayed only the events of runs that are still there (`stream(..., replayable=...)`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from typing import Any
 
 from ._responses import json_bytes
 
-__all__ = ["LogEvent", "EventLog", "Logs", "sse", "stream", "LOG_SIZE", "HEARTBEAT"]
+__all__ = ["LogEvent", "EventLog", "Logs", "RunKey", "sse", "stream", "LOG_SIZE", "HEARTBEAT"]
 
 LOG_SIZE = 1000
 """Events a run's log keeps (tokens included)."""
@@ -30,18 +36,26 @@ HEARTBEAT = 15.0
 _ids = itertools.count(time.time_ns() // 1000)
 
 
+RunKey = tuple[str, float | None]
+"""A run: (checkpoint ID, created_at)."""
+
+
 @dataclass(frozen=True, slots=True)
 class LogEvent:
     id: int
     kind: str
     data: dict[str, Any]
+    run: RunKey | None = None
+    """The run it is of, in the service-wide log (None: replayed to anyone, e.g. `deleted`)."""
 
 
 class EventLog:
     """One run's (or the service's) recent events, and a wake-up for the readers that wait on it."""
 
-    def __init__(self, size: int = LOG_SIZE) -> None:
+    def __init__(self, size: int = LOG_SIZE, run: float | None = None) -> None:
         self.size = size
+        self.run = run
+        """The `created_at` of the run whose events these are (None: not known, e.g. a start not yet written)."""
         self.base = next(_ids)  # what a reader that saw "nothing yet" names
         self.events: list[LogEvent] = []
         self.ids: list[int] = []
@@ -54,8 +68,8 @@ class EventLog:
     def last_id(self) -> int:
         return self.ids[-1] if self.ids else self.base
 
-    def append(self, kind: str, data: dict[str, Any]) -> LogEvent:
-        event = LogEvent(next(_ids), kind, data)
+    def append(self, kind: str, data: dict[str, Any], run: RunKey | None = None) -> LogEvent:
+        event = LogEvent(next(_ids), kind, data, run)
         self.events.append(event)
         self.ids.append(event.id)
         if len(self.events) > 2 * self.size:  # trim in batches: appends stay O(1) amortised
@@ -117,13 +131,35 @@ class Logs:
         self.hub = EventLog()
         self.busy: Callable[[str], bool] = lambda cid: False
 
-    def get(self, checkpoint_id: str) -> EventLog:
+    def current(self, checkpoint_id: str, created_at: float) -> EventLog:
+        """The log of the run `checkpoint_id` that was created at `created_at` (as the store has it now). A log
+        held for another run (deleted, here or by another process, and started again; or one whose run is
+        not known) is ended — its readers' streams end — and a new one begins: no event of another run is
+        ever given to this run's readers."""
         log = self.runs.get(checkpoint_id)
-        if log is None:
-            log = self.runs[checkpoint_id] = EventLog()
-            self._evict()
-        else:
+        if log is not None and log.run is not None and log.run == created_at:
             self.runs.move_to_end(checkpoint_id)
+            return log
+        return self._install(checkpoint_id, EventLog(run=created_at))
+
+    def claim(self, checkpoint_id: str, log: EventLog, created_at: float | None) -> EventLog:
+        """`log`, the log of an execution that has just written its claim on the run created at `created_at`
+        (None: that could not be read), made the run's log. A resume's log is already the run's; a start's is
+        new, and replaces the previous run's on that ID."""
+        if log.run is not None and log.run != created_at:  # the run was replaced between the look and the claim
+            log = EventLog(run=created_at)
+        log.run = created_at
+        if self.runs.get(checkpoint_id) is log:
+            self.runs.move_to_end(checkpoint_id)
+            return log
+        return self._install(checkpoint_id, log)
+
+    def _install(self, checkpoint_id: str, log: EventLog) -> EventLog:
+        old = self.runs.pop(checkpoint_id, None)
+        if old is not None:
+            old.close()
+        self.runs[checkpoint_id] = log
+        self._evict()
         return log
 
     def drop(self, checkpoint_id: str) -> EventLog | None:
@@ -161,22 +197,27 @@ def sse(event: LogEvent | None = None, *, kind: str | None = None, data: Any = N
 
 
 async def stream(log: EventLog, last_id: int | None, snapshot: Callable[[], Awaitable[dict[str, Any]]],
-                 ) -> AsyncIterator[bytes]:
-    """The SSE body of one reader: replay after `last_id`, or a snapshot first; then live events."""
+                 replayable: Callable[[LogEvent], Awaitable[bool]] | None = None) -> AsyncIterator[bytes]:
+    """The SSE body of one reader: replay after `last_id`, or a snapshot first; then live events. An event
+    that was in the log before the reader came is replayed only if `replayable(event)` says so."""
     log.readers += 1
     try:
         yield b"retry: 2000\n\n"
+        replay_end = log.dropped + len(log.events)  # absolute index of the first event that is live to it
         position = log.position_after(last_id)
         if position is None:  # events from here on follow the snapshot (a few may show in it too)
-            position, seen = log.dropped + len(log.events), log.last_id
+            position, seen = replay_end, log.last_id
             yield sse(kind="snapshot", data=await snapshot(), id=seen)
         async for item in log.follow(position):
             if item is None:
                 yield sse(comment="keep-alive")
             elif isinstance(item, int):
-                seen = log.last_id
+                position, seen = item, log.last_id
                 yield sse(kind="snapshot", data=await snapshot(), id=seen)
             else:
+                position += 1
+                if replayable is not None and position <= replay_end and not await replayable(item):
+                    continue
                 yield sse(item)
     finally:
         log.readers -= 1

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from waypoint.engine import GraphInterrupted, WaypointError
-from waypoint.engine.jsonable import message_json, tool_arguments
+from waypoint.engine.jsonable import tool_arguments
 
 from ._events import EventLog, Logs
 from ._targets import Target
-from ._views import pending_view, plain
+from ._views import message_view, pending_view, plain
 
 __all__ = ["Executor", "Execution", "Outcome"]
 
@@ -38,11 +38,20 @@ class Outcome:
 
 
 class Execution:
-    """One start or resume of a run; also the graph callback handler that sees its checkpoints."""
+    """One start or resume of a run; also the graph callback handler that sees its checkpoints.
 
-    def __init__(self, checkpoint_id: str, target: Target, log: EventLog, hub: EventLog, how: str) -> None:
+    Its events go to `log`: for a resume, the log of the run it resumes (`Logs.current`); for a start, a new
+    log, made the run's log once the start's claim is written (`Logs.claim`), so a reader of the previous
+    run on the ID never sees the new run's events, nor a reader of the new run the old one's."""
+
+    def __init__(self, checkpoint_id: str, target: Target, log: EventLog, logs: Logs, how: str, store: Any) -> None:
         loop = asyncio.get_running_loop()
-        self.checkpoint_id, self.target, self.log, self.hub, self.how = checkpoint_id, target, log, hub, how
+        self.checkpoint_id, self.target, self.log, self.logs, self.how = checkpoint_id, target, log, logs, how
+        self.hub, self.store = logs.hub, store
+        self.first_event = log.last_id
+        """The event ID just before this execution's first event (what `last_event_id` answers)."""
+        self.created_at: float | None = None
+        """The `created_at` of the run it wrote its claim on."""
         self.claimed: asyncio.Future[Outcome] = loop.create_future()
         self.finished: asyncio.Future[None] = loop.create_future()
         self.version: int | None = None
@@ -50,24 +59,38 @@ class Execution:
         self.task: asyncio.Task | None = None
         self.on_claim: Any = None
 
-    def on_checkpoint(self, event: Any) -> None:
+    @property
+    def run(self) -> tuple[str, float | None]:
+        return self.checkpoint_id, self.created_at
+
+    async def on_checkpoint(self, event: Any) -> None:
         """A version was written (called inside the run, right after the write)."""
         self.version, self.written_at = event.data, time.time()
         if not self.claimed.done():
+            self.created_at = await self._created_at(event.data)
+            self.log = self.logs.claim(self.checkpoint_id, self.log, self.created_at)
             self.claimed.set_result(Outcome(version=event.data))
             if self.on_claim is not None:
                 self.on_claim(self)
             info = {"checkpoint_id": self.checkpoint_id, "graph": self.target.name, "how": self.how,
                     "version": event.data}
             self.log.append("started", info)
-            self.hub.append("started", info)
+            self.hub.append("started", info, self.run)
         self.log.append("checkpoint", {"version": event.data, "step": event.step})
+
+    async def _created_at(self, version: int) -> float | None:
+        """The `created_at` of the run whose version `version` this execution just wrote (None if unreadable)."""
+        try:
+            found = await self.store.history(self.checkpoint_id, limit=1)
+        except Exception:  # noqa: BLE001 - its log is then nobody's: readers get a snapshot, never a replay
+            return None
+        return found[0].created_at if found and found[0].version == version else None
 
     def interrupted(self, info: Any) -> None:
         pending = [pending_view(c, self.version, self.written_at) for c in info.contexts]
         data = {"checkpoint_id": self.checkpoint_id, "version": self.version, "interrupts": pending}
         self.log.append("interrupt", data)
-        self.hub.append("interrupt", data)
+        self.hub.append("interrupt", data, self.run)
 
 
 class Executor:
@@ -81,9 +104,12 @@ class Executor:
         logs.busy = lambda cid: cid in self.running
 
     def launch(self, target: Target, checkpoint_id: str, how: str, *, input: Any = None, resume: Any = None,
-               takeover: bool = False, force_new_run: bool = False, expected_version: int | None = None) -> Execution:
-        """Begin a start (`how="start"`, with `input`) or a resume (`resume`: None, True or `{id: data}`)."""
-        ex = Execution(checkpoint_id, target, self.logs.get(checkpoint_id), self.logs.hub, how)
+               takeover: bool = False, force_new_run: bool = False, expected_version: int | None = None,
+               created_at: float | None = None) -> Execution:
+        """Begin a start (`how="start"`, with `input`) or a resume (`resume`: None, True or `{id: data}`) of
+        the run created at `created_at` (as the resume's checks read it)."""
+        log = EventLog() if how == "start" else self.logs.current(checkpoint_id, created_at)
+        ex = Execution(checkpoint_id, target, log, self.logs, how, self.store)
         ex.on_claim = self._claimed
         if target.runner is not None:
             events = self._agent_events(ex, input, resume, takeover, force_new_run, expected_version)
@@ -138,7 +164,7 @@ class Executor:
             data = {"checkpoint_id": ex.checkpoint_id, "status": found[0].status if found else "deleted",
                     "version": found[0].version if found else None, "error": found[0].error if found else None}
             ex.log.append("end", data)
-            ex.hub.append("end", data)
+            ex.hub.append("end", data, ex.run)
         if not ex.finished.done():
             ex.finished.set_result(None)
 
@@ -149,37 +175,39 @@ class Executor:
             async for event in events:
                 if event.error is not None:
                     return event.error
+                path = list(event.run_path) or [ex.target.runner.agent.name]  # which agent: a composition's differ
                 if event.output is not None:
-                    await self._output(ex, event.output)
+                    await self._output(ex, event.output, path)
                 elif event.action is not None:
-                    self._action(ex, event.action)
+                    self._action(ex, event.action, path)
         except WaypointError as err:  # the run did not start (the Runner raises what means "nothing ran")
             return err
         return None
 
-    async def _output(self, ex: Execution, out: Any) -> None:
+    async def _output(self, ex: Execution, out: Any, path: list[str]) -> None:
         if out.stream is not None and out.role == "assistant":
             async for chunk in out.stream:  # live: each token as the model produces it
                 if chunk.content:
-                    ex.log.append("token", {"text": chunk.content})
+                    ex.log.append("token", {"text": chunk.content, "run_path": path})
         message = await out.get_message()
         if out.role != "assistant":
             ex.log.append("tool_result", {"call_id": message.tool_call_id, "name": out.tool_name or message.name,
-                                          "content": message.content})
+                                          "content": message.content, "run_path": path})
             return
-        ex.log.append("message", message_json(message))
+        ex.log.append("message", {**message_view(message), "run_path": path})
         for call in message.tool_calls:
-            ex.log.append("tool_call", {"call_id": call.id, "name": call.name, "arguments": tool_arguments(call.arguments)})
+            ex.log.append("tool_call", {"call_id": call.id, "name": call.name, "arguments": tool_arguments(call.arguments),
+                                        "arguments_json": call.arguments, "run_path": path})
 
-    def _action(self, ex: Execution, action: Any) -> None:
+    def _action(self, ex: Execution, action: Any, path: list[str]) -> None:
         if action.interrupted is not None:
-            ex.interrupted(action.interrupted)
+            ex.interrupted(action.interrupted)  # each interrupt in it says where it was raised (`run_path`)
         elif action.decision is not None:
-            ex.log.append("decision", plain(action.decision))
+            ex.log.append("decision", _with_path(plain(action.decision), path))
         elif action.retry is not None:
-            ex.log.append("retry", plain(action.retry))
+            ex.log.append("retry", _with_path(plain(action.retry), path))
         elif action.rerun is not None:
-            ex.log.append("rerun", plain(action.rerun))
+            ex.log.append("rerun", _with_path(plain(action.rerun), path))
 
     # --- graphs: engine Events -> log events -------------------------------------------------------------
 
@@ -205,3 +233,7 @@ class Executor:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _with_path(data: Any, path: list[str]) -> dict[str, Any]:
+    return {**data, "run_path": path} if isinstance(data, dict) else {"value": data, "run_path": path}

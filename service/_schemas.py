@@ -165,12 +165,16 @@ class PendingView(BaseModel):
     id: str
     kind: Literal["approval", "pause", "interrupt"]
     address: str
+    run_path: list[str] = Field(default_factory=list, description="the agents (or graphs) it was raised in, "
+                                "outermost first: [\"supervisor\", \"researcher\"] for a call of an agent used as a tool")
     paused_at: float | None
     version: int | None
     tool: str | None = None
     call_id: str | None = None
     arguments: Any = None
-    arguments_json: str | None = None
+    arguments_json: str | None = Field(None, description="the call's arguments exactly as the model wrote them "
+                                       "(`arguments` parsed; show this one: a JSON parser that reads numbers as "
+                                       "doubles rounds big integers)")
     digest: str | None = None
     info: Any = None
 

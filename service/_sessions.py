@@ -11,6 +11,10 @@ over HTTPS — and the write key in the login's answer, which the page keeps in 
   of this origin (scheme, host *and port*) can read: not another site, not another port.
 - Every use re-checks the token the session was opened with: a token taken away ends its sessions at
   their next request. "Log out" ends the session at once; so does a restart of the service.
+- One token holds at most `PER_TOKEN` sessions: its own oldest ends first, so logging in again and again
+  with one token (a read-only one, say) never ends the sessions of another. Past `LIMIT` in all (many
+  tokens), the oldest session of the token holding the most ends first. Repeated logins with one token are
+  slowed down besides (service/_auth.py).
 """
 
 from __future__ import annotations
@@ -20,19 +24,22 @@ import hmac
 import secrets
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["Session", "Sessions", "SESSION_TTL", "CSRF_KEY_HEADER"]
+__all__ = ["Session", "Sessions", "SESSION_TTL", "CSRF_KEY_HEADER", "LIMIT", "PER_TOKEN", "token_key"]
 
 SESSION_TTL = 8 * 3600.0
 CSRF_KEY_HEADER = "x-waypoint-csrf"
-_LIMIT = 10_000
+LIMIT = 10_000
+"""Open sessions of one process, in all."""
+PER_TOKEN = 1000
+"""Open sessions of one token."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class Session:
-    token: str
-    csrf: str
+    token: str = field(repr=False)  # never in a repr, a log line or an assertion message
+    csrf: str = field(repr=False)
     expires: float
 
     def allows_write(self, key: str | None) -> bool:
@@ -43,33 +50,60 @@ def _key(session_id: str) -> str:
     return hashlib.sha256(session_id.encode("utf-8", "replace")).hexdigest()
 
 
-class Sessions:
-    """Open sessions of this process (at most `limit`; the oldest is ended first)."""
+def token_key(token: str) -> str:
+    """What a token is known by in memory (its sessions, its logins): a hash, never the token."""
+    return hashlib.sha256(b"waypoint-token:" + token.encode("utf-8", "replace")).hexdigest()
 
-    def __init__(self, ttl: float = SESSION_TTL, limit: int = _LIMIT) -> None:
-        self.ttl, self.limit = ttl, limit
+
+class Sessions:
+    """Open sessions of this process: at most `per_token` of one token (its oldest is ended first) and
+    `limit` in all (then the oldest of the token holding the most)."""
+
+    def __init__(self, ttl: float = SESSION_TTL, limit: int = LIMIT, per_token: int = PER_TOKEN) -> None:
+        self.ttl, self.limit, self.per_token = ttl, limit, per_token
         self._open: OrderedDict[str, Session] = OrderedDict()
+        self._of_token: dict[str, OrderedDict[str, None]] = {}  # token_key -> its sessions' keys, oldest first
 
     def open(self, token: str) -> tuple[str, Session]:
         """A new session for `token`: (its ID for the cookie, the session with its write key)."""
         session_id = secrets.token_urlsafe(32)
         session = Session(token=token, csrf=secrets.token_urlsafe(32), expires=time.time() + self.ttl)
-        self._open[_key(session_id)] = session
+        key, mine = _key(session_id), self._of_token.setdefault(token_key(token), OrderedDict())
+        self._open[key] = session
+        mine[key] = None
+        while len(mine) > self.per_token:  # this token's oldest: never another token's
+            self._end(next(iter(mine)))
         while len(self._open) > self.limit:
-            self._open.popitem(last=False)
+            most = max(self._of_token.values(), key=len)
+            self._end(next(iter(most)))
         return session_id, session
+
+    def _end(self, key: str) -> None:
+        session = self._open.pop(key, None)
+        if session is None:
+            return
+        group = token_key(session.token)
+        mine = self._of_token.get(group)
+        if mine is not None:
+            mine.pop(key, None)
+            if not mine:
+                del self._of_token[group]
+
+    def count(self, token: str) -> int:
+        """Open sessions of `token` (expired ones included until they are next looked at)."""
+        return len(self._of_token.get(token_key(token), ()))
 
     def find(self, session_id: str) -> Session | None:
         """The live session of that ID, or None (unknown, ended or expired)."""
         key = _key(session_id)
         session = self._open.get(key)
         if session is not None and session.expires <= time.time():
-            del self._open[key]
+            self._end(key)
             return None
         return session
 
     def close(self, session_id: str) -> None:
-        self._open.pop(_key(session_id), None)
+        self._end(_key(session_id))
 
     def __len__(self) -> int:
         return len(self._open)

@@ -80,10 +80,10 @@ def build_ui_router(state: ServiceState) -> APIRouter:
     async def login(request: Request, body: Login) -> Response:
         if request.headers.get(LOGIN_HEADER) != LOGIN_VALUE:
             return problem(403, f"send {LOGIN_HEADER}: {LOGIN_VALUE} (the page's login form does)")
-        scopes = await state.gate.check_token(request, body.token)
-        if scopes is None:
+        opened_for = await state.gate.login(request, body.token)
+        if opened_for is None:
             return problem(401, "that token is not valid here")
-        session_id, opened = state.sessions.open(body.token)
+        scopes, session_id, opened = opened_for
         name, path = session_cookie(_base(request), request.url.scheme == "https")
         response = SafeJSONResponse({"scopes": sorted(scopes), "csrf": opened.csrf, "expires": opened.expires})
         response.set_cookie(name, session_id, max_age=int(state.sessions.ttl), path=path, httponly=True,

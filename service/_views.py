@@ -12,8 +12,9 @@ from typing import Any
 
 from waypoint.engine import CheckpointMeta, InterruptCtx, RunSnapshot
 from waypoint.engine.jsonable import jsonable, message_json, output_json, tool_arguments
+from waypoint.engine.resume import unescape_part
 
-__all__ = ["plain", "lease_alive", "meta_view", "run_view", "pending_view"]
+__all__ = ["plain", "lease_alive", "meta_view", "run_view", "pending_view", "message_view", "run_path_of"]
 
 
 def plain(value: Any) -> Any:
@@ -36,14 +37,32 @@ def meta_view(meta: CheckpointMeta) -> dict[str, Any]:
     return out
 
 
+def run_path_of(address: str) -> list[str]:
+    """The agents (or graphs) an interrupt's address passes through, outermost first: `runnable:boss;...;
+    runnable:researcher;...` -> ["boss", "researcher"] (an agent called as a tool, a sub-agent, a subgraph)."""
+    return [unescape_part(part[len("runnable:"):]) for part in address.split(";") if part.startswith("runnable:")]
+
+
+def message_view(message: Any) -> dict[str, Any]:
+    """A chat message as JSON data; each tool call also with `arguments_json`, its arguments exactly as the
+    model wrote them (what the tool is given: `arguments` is that text parsed, and a reader that parses
+    JSON into doubles would show 12345678901234567891 as 12345678901234567000)."""
+    out = message_json(message)
+    for shown, call in zip(out.get("tool_calls", ()), message.tool_calls or ()):
+        if isinstance(call.arguments, str):
+            shown["arguments_json"] = call.arguments
+    return out
+
+
 def pending_view(ctx: InterruptCtx, version: int | None, paused_at: float | None) -> dict[str, Any]:
     """One interrupt the run waits on: `kind` "approval" (ApprovalMiddleware), "pause" (a static
-    interrupt_before / interrupt_after) or "interrupt"; `paused_at` is when the pause was written."""
+    interrupt_before / interrupt_after) or "interrupt"; `paused_at` is when the pause was written; `run_path`
+    the agents it was raised in, outermost first."""
     from waypoint.middleware import ApprovalInfo, classify_interrupt
 
     p = classify_interrupt(ctx)
-    out: dict[str, Any] = {"id": p.id, "kind": p.kind, "address": p.address, "paused_at": paused_at,
-                           "version": version}
+    out: dict[str, Any] = {"id": p.id, "kind": p.kind, "address": p.address, "run_path": run_path_of(p.address),
+                           "paused_at": paused_at, "version": version}
     if p.tool is not None:
         out.update(tool=p.tool, call_id=p.call_id)
     if isinstance(p.info, ApprovalInfo):
@@ -68,7 +87,7 @@ def run_view(snap: RunSnapshot, history: Sequence[CheckpointMeta], *, newest: in
            if meta.status != "completed" else [],
            "pending_nodes": list(snap.pending)}
     if is_agent:
-        out["messages"] = [message_json(m) for m in snap.state.messages]
+        out["messages"] = [message_view(m) for m in snap.state.messages]
         out["decisions"] = plain(snap.state.decisions)
     else:
         out["state"] = plain(snap.state)

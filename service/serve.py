@@ -1,11 +1,14 @@
 """`waypoint serve`: the service on uvicorn, bound to 127.0.0.1 unless told otherwise.
 
     waypoint serve --db URL --agents module:attr[,module:attr...] [--host 127.0.0.1] [--port 8000]
-                   [--max-body BYTES] [--session-ttl SECONDS]
+                   [--max-body BYTES] [--session-ttl SECONDS] [--header-timeout SECONDS]
+                   [--body-timeout SECONDS] [--keep-alive SECONDS] [--max-connections N]
 
 The token comes from `WAYPOINT_TOKEN` (and `WAYPOINT_READ_TOKEN` for read-only viewers); without one, or
-with one shorter than 16 characters, the command refuses to start. Runs started or resumed over HTTP execute in this process; stopping it (Ctrl-C,
-SIGTERM) saves each as cancelled at its last finished step, resumable.
+with one shorter than 16 characters, the command refuses to start. Runs started or resumed over HTTP execute
+in this process; stopping it (Ctrl-C, SIGTERM) saves each as cancelled at its last finished step, resumable.
+A request's headers and body must arrive within their timeouts (service/_protocol.py), an idle connection
+is closed after `--keep-alive`, and past `--max-connections` a request is answered 503.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from waypoint.stores import open_store
 
 from ._auth import MIN_TOKEN_LENGTH, READ_TOKEN_ENV, TOKEN_ENV, Auth, AuthError
 from ._guard import MAX_BODY
+from ._protocol import BODY_TIMEOUT, HEADER_TIMEOUT, KEEP_ALIVE, MAX_CONNECTIONS, deadline_protocol
 from ._sessions import SESSION_TTL
 from ._service import create_app
 from ._targets import ServiceError, load_targets
@@ -44,6 +48,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="the largest request body accepted (413 over it; default: %(default)s)")
     p.add_argument("--session-ttl", type=float, default=SESSION_TTL, metavar="SECONDS",
                    help="how long a login on the page lasts (default: %(default)s)")
+    p.add_argument("--header-timeout", type=float, default=HEADER_TIMEOUT, metavar="SECONDS",
+                   help="close a connection whose request line and headers take longer (default: %(default)s)")
+    p.add_argument("--body-timeout", type=float, default=BODY_TIMEOUT, metavar="SECONDS",
+                   help="close a connection whose request body takes longer after its headers (default: %(default)s)")
+    p.add_argument("--keep-alive", type=float, default=KEEP_ALIVE, metavar="SECONDS",
+                   help="close a connection idle this long between requests (default: %(default)s)")
+    p.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS, metavar="N",
+                   help="connections served at once; a request past them is answered 503 (default: %(default)s)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     return p
 
@@ -56,8 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"with: python -c 'import secrets; print(secrets.token_urlsafe(24))'), and optionally "
               f"{READ_TOKEN_ENV} for read-only viewers of the page", file=sys.stderr)
         return 2
-    if args.max_body < 1 or args.session_ttl <= 0:
-        print("waypoint serve: --max-body and --session-ttl must be positive", file=sys.stderr)
+    if args.max_body < 1 or args.session_ttl <= 0 or args.max_connections < 1 or \
+            not all(0 < t < float("inf") for t in (args.header_timeout, args.body_timeout, args.keep_alive)):
+        print("waypoint serve: --max-body, --session-ttl, --header-timeout, --body-timeout, --keep-alive and "
+              "--max-connections must be positive (and the times finite)", file=sys.stderr)
         return 2
     try:
         auth = Auth()
@@ -74,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         asyncio.run(serve(targets, store, host=args.host, port=args.port, auth=auth, log_level=args.log_level,
                           max_body=args.max_body, session_ttl=args.session_ttl,
+                          header_timeout=args.header_timeout, body_timeout=args.body_timeout,
+                          keep_alive=args.keep_alive, max_connections=args.max_connections,
                           banner=f"(database {args.db}; token from ${TOKEN_ENV}"
                                  f"{' and $' + READ_TOKEN_ENV if os.environ.get(READ_TOKEN_ENV) else ''})"))
     except ServiceError as err:
@@ -86,12 +102,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 async def serve(targets: Any, store: Any, *, host: str = "127.0.0.1", port: int = 8000, auth: Any = None,
                 log_level: str = "info", banner: str = "", max_body: int = MAX_BODY,
-                session_ttl: float = SESSION_TTL) -> None:
-    """Serve `targets` on `store` with uvicorn until stopped; prints the page's address once listening."""
+                session_ttl: float = SESSION_TTL, header_timeout: float = HEADER_TIMEOUT,
+                body_timeout: float = BODY_TIMEOUT, keep_alive: float = KEEP_ALIVE,
+                max_connections: int = MAX_CONNECTIONS) -> None:
+    """Serve `targets` on `store` with uvicorn until stopped; prints the page's address once listening. A
+    request's headers and body must arrive within `header_timeout` / `body_timeout` seconds (else its
+    connection is closed), an idle connection closes after `keep_alive` seconds, and past `max_connections`
+    connections a request is answered 503."""
     import uvicorn
 
     app = create_app(targets, store, auth=auth, max_body=max_body, session_ttl=session_ttl)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
+                            http=deadline_protocol(header_timeout, body_timeout), timeout_keep_alive=keep_alive,
+                            limit_concurrency=max_connections,
                             timeout_graceful_shutdown=3)  # event streams never end by themselves
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())

@@ -4,6 +4,7 @@ cookie (and its forgery guard), and no token value in a response or a log line."
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
@@ -12,6 +13,7 @@ pytest.importorskip("fastapi")
 from service_support import Served, approval_agent  # noqa: E402
 
 from waypoint.service import Auth, AuthError, create_app  # noqa: E402
+from waypoint.service._sessions import Sessions  # noqa: E402
 from waypoint.stores import MemoryStore  # noqa: E402
 
 TOKEN = "full-token-0a9b8c7d"
@@ -152,3 +154,40 @@ def test_a_token_taken_away_ends_its_page_sessions():
         assert page.get("/runs").status_code == 401
         valid.add(TOKEN)
         assert page.get("/runs").status_code == 401  # the session ended with it; log in again
+
+
+def test_logging_in_again_and_again_with_one_token_never_ends_anothers_session():
+    """A read-only viewer who logs in over and over (the reviewer's 10,000 logins) ends only its own oldest
+    sessions, never the approver's; and past 10 logins a minute each login with that token waits its turn."""
+    app = create_app(approval_agent([]), MemoryStore(), auth={TOKEN: {"read", "start", "resume", "delete"},
+                                                               READER: {"read"}})
+    service = app.state.waypoint
+    service.sessions.limit, service.sessions.per_token = 8, 5  # 10,000 and 1,000 at full size
+    login = {"X-Requested-With": "waypoint"}
+    with Served(app) as s, s.client(token=None) as admin, s.client(token=None) as viewer:
+        key = admin.post("/ui/login", json={"token": TOKEN}, headers=login).json()["csrf"]
+        took = []
+        for _ in range(12):
+            t0 = time.monotonic()
+            assert viewer.post("/ui/login", json={"token": READER}, headers=login).status_code == 200
+            took.append(time.monotonic() - t0)
+            viewer.cookies.clear()
+        assert max(took[:10]) < 0.2 <= took[10] and took[11] >= 0.4, took  # 10 free, then 0.25 s, 0.5 s, ...
+        assert service.sessions.count(READER) == 5 and len(service.sessions) == 6
+        assert admin.get("/ui/session").json() == {"scopes": ["delete", "read", "resume", "start"]}
+        r = admin.post("/runs", json={"input": "ls", "checkpoint_id": "still-mine"}, headers={"X-Waypoint-CSRF": key})
+        assert r.status_code == 201
+
+
+def test_past_the_limit_in_all_the_token_holding_the_most_sessions_loses_its_oldest():
+    sessions = Sessions(limit=10, per_token=4)
+    mine, _ = sessions.open(TOKEN)
+    readers = [sessions.open(READER)[0] for _ in range(50)]
+    assert sessions.find(mine) is not None and sessions.count(READER) == 4
+    assert [sessions.find(r) is not None for r in readers] == [False] * 46 + [True] * 4  # its own oldest went
+    others = [sessions.open(f"other-token-{n:02d}-abcdef")[0] for n in range(5)]  # 1 + 4 + 5 = 10 in all
+    sessions.open("one-more-token-0123456789")  # 11: the reader's 4 are the most, its oldest ends
+    assert sessions.count(READER) == 3 and sessions.find(readers[46]) is None and sessions.find(readers[47])
+    assert sessions.find(mine) is not None and all(sessions.find(o) is not None for o in others)
+    sessions.close(mine)
+    assert sessions.count(TOKEN) == 0 and len(sessions) == 9

@@ -243,3 +243,48 @@ def test_serve_refuses_to_start_without_a_token(tmp_path):
                          timeout=60, cwd=tmp_path, env={**env, "WAYPOINT_TOKEN": TOKEN})
     assert out.returncode == 2 and "no_such_module" in out.stderr and TOKEN not in out.stderr
     assert not (tmp_path / "x.db").exists()
+
+
+def test_a_card_shows_the_call_exactly_as_it_runs_and_whose_call_it_is(tmp_path):
+    """The arguments are shown as the model wrote them, never through the browser's doubles (a big account
+    number read 12345678901234567000 while 12345678901234567891 ran); a key named twice is flagged; a call
+    of an agent used as a tool says which agent asks."""
+    chromium = _chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    from service_support import SERVED, raw_input
+
+    with ServeProcess(tmp_path, token=TOKEN, agents=SERVED + ",service_agent:boss") as server, server.client() as api, \
+            sync_playwright() as pw:
+        def paused(cid: str, agent: str, text: str) -> dict:
+            r = api.post("/runs", json={"agent": agent, "input": text, "checkpoint_id": cid, "wait": True})
+            assert r.status_code == 201 and r.json()["status"] == "interrupted", r.text
+            return r.json()["interrupts"][0]
+
+        big = paused("pay", "raw", raw_input(("transfer", '{"account": 12345678901234567891,\n"amount":9007199254740993}')))
+        twice = paused("twice", "raw", raw_input(("execute", '{"command": "ls", "command": "rm -rf /"}')))
+        nested = paused("nested", "boss", "uptime")
+        assert nested["run_path"] == ["boss", "researcher"] and big["run_path"] == ["raw"]
+        context, page = _page(pw, chromium, tmp_path, server.url, TOKEN)
+
+        def card(item: dict):
+            return page.locator(f"#approvals li.card[data-interrupt='{item['id']}']")
+
+        expect(card(big).locator("pre.arguments")).to_have_text(
+            '{\n  "account": 12345678901234567891,\n  "amount": 9007199254740993\n}')
+        expect(card(big).locator(".warning")).to_have_count(0)
+        expect(card(big).locator(".agent")).to_have_count(0)  # the agent served asks: nothing to say
+        expect(card(twice).locator("pre.arguments")).to_have_text('{\n  "command": "ls",\n  "command": "rm -rf /"\n}')
+        expect(card(twice).locator(".warning")).to_contain_text('"command" more than once: the tool gets the last')
+        expect(card(nested).locator(".agent")).to_have_text("Agent: boss › researcher")
+        expect(card(nested).locator("pre.arguments")).to_have_text('{\n  "command": "uptime"\n}')
+
+        card(big).locator("button.approve").click()
+        expect(page.locator(f"#answered li[data-interrupt='{big['id']}'] .outcome")).to_contain_text("approved")
+        _until(api, "pay", "completed")
+        assert server.ran() == ["transfer account=12345678901234567891 amount=9007199254740993"]  # what was shown
+
+        page.goto(f"{server.url}/ui/runs/pay")  # the conversation shows the call as written too
+        expect(page.locator("#messages")).to_contain_text('transfer({"account": 12345678901234567891,\n'
+                                                          '"amount":9007199254740993})')
+        context.close()

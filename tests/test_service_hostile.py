@@ -115,6 +115,39 @@ def test_lone_surrogates_in_an_answer_or_a_login_are_422(server, client):
         assert r.status_code == 422 and "not UTF-8" in r.text
 
 
+DEEP = 3000  # past pydantic's 200 levels; 100,000 is past Python's own parser (RecursionError)
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/runs/deep/resume", b"[" * 200_000 + b"]" * 200_000),
+    ("/runs/deep/resume", b'{"answers": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+    ("/runs/deep/resume", b'{"answers": [], "note": "\\ud800", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+    ("/runs/deep/resume", b'{"answers": [{"action": "respond", "interrupt_id": "i", "output": '
+                          + b"[" * DEEP + b"]" * DEEP + b"}]}"),
+    ("/runs/deep/resume", b'{"answers": [], "expected_version": ' + b"9" * 5000 + b"}"),
+    ("/runs", b'{"agent": "steps", "input": {"n": ' + b"1" * 5000 + b"}}"),
+    ("/ui/login", b'{"token": ' + b"[" * DEEP + b"]" * DEEP + b"}"),  # within the login's 8 KiB
+])
+def test_json_the_parser_cannot_read_is_422_never_a_500(server, client, path, body):
+    if client.get("/runs/deep").status_code == 404:
+        paused(client, "deep", ("execute", '{"command": "pwd"}'))
+    before = len(server.output)
+    r = client.post(path, content=body, headers={"Content-Type": "application/json", "X-Requested-With": "waypoint"})
+    assert r.status_code == 422, (r.status_code, r.text[:300])
+    assert r.json()["detail"][0]["loc"] == ["body"] and len(r.text) < 500  # what was sent is never echoed
+    assert "Traceback" not in "".join(server.output[before:])
+    assert client.get("/runs/deep").json()["status"] == "interrupted"
+
+
+def test_a_body_nested_up_to_the_limit_is_accepted(client):
+    deep = json.loads("[" * 98 + "]" * 98)  # 100 levels with the body and the input around it
+    r = client.post("/runs", json={"agent": "steps", "input": {"n": 1, "deep": deep}, "checkpoint_id": "nested",
+                                   "wait": True})
+    assert r.status_code == 201 and r.json()["status"] == "completed", r.text[:300]
+    r = client.post("/runs", json={"agent": "steps", "input": {"n": 1, "deep": [deep]}, "checkpoint_id": "nested2"})
+    assert r.status_code == 422 and "more than 100 levels" in r.json()["detail"][0]["msg"]
+
+
 def test_bidi_and_zero_width_text_is_stored_and_answered_exactly(client):
     args = json.dumps({"command": BIDI_COMMAND}, ensure_ascii=False)
     run = paused(client, "bidi \u202eevil", ("exe\u200bcute", args))

@@ -144,11 +144,11 @@ def test_over_https_the_cookie_is_host_prefixed_and_secure():
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Domain" not in cookie
 
 
-def _serve(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+def _serve(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("WAYPOINT_")}, "PYTHONPATH": str(PROCS), **env}
     waypoint = str(Path(sys.executable).parent / "waypoint")
     return subprocess.run([waypoint, "serve", "--db", str(tmp_path / "x.db"), "--agents", "service_agent:build",
-                           "--port", "0"], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+                           "--port", "0", *args], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
 
 
 def test_serve_refuses_short_tokens_and_says_what_to_do_without_one(tmp_path):
@@ -197,3 +197,76 @@ def test_repeated_wrong_tokens_are_slowed_and_the_page_is_not(tmp_path):
 def good_token_works(server: ServeProcess) -> bool:
     with server.client() as c:
         return c.get("/runs").status_code == 200
+
+
+def _closed_after(sock: socket.socket, since: float, limit: float = 10.0, trickle: bytes = b"") -> float:
+    """Seconds from `since` until the server closed `sock` (sending `trickle` a byte every 0.2 s meanwhile)."""
+    sock.settimeout(0.2)
+    deadline = time.monotonic() + limit
+    sent = 0
+    while time.monotonic() < deadline:
+        try:
+            if sock.recv(4096) == b"":
+                return time.monotonic() - since
+        except TimeoutError:
+            pass
+        except OSError:  # reset
+            return time.monotonic() - since
+        if sent < len(trickle):
+            try:
+                sock.sendall(trickle[sent:sent + 1])
+            except OSError:
+                return time.monotonic() - since
+            sent += 1
+    raise AssertionError(f"the server held the connection for {limit} s")
+
+
+def test_slow_and_partial_requests_are_cut_off(tmp_path):
+    args = ("--header-timeout", "1.5", "--body-timeout", "1.5", "--keep-alive", "1")
+    with ServeProcess(tmp_path, args=args) as server, server.client() as c:
+        def connect(first: bytes = b"") -> tuple[socket.socket, float]:
+            sock = socket.create_connection((server.host, server.port))
+            sock.sendall(first)
+            return sock, time.monotonic()
+
+        auth = f"Authorization: Bearer {SERVE_TOKEN}\r\n"
+        held = {
+            "nothing": connect(),
+            "half the headers": connect(b"GET /runs HTTP/1.1\r\nHost: x\r\nX-A: "),
+            "a tenth of the body": connect(f"POST /runs HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json"
+                                           f"\r\nContent-Length: 1000\r\n\r\n".encode() + b'{"input": "'),
+        }
+        t0 = time.monotonic()
+        assert c.get("/approvals").status_code == 200 and time.monotonic() - t0 < 1  # others are answered meanwhile
+        took = {what: _closed_after(sock, since) for what, (sock, since) in held.items()}
+        trickled, t_trickle = connect(b"G")
+        took["a byte every 0.2 s"] = _closed_after(trickled, t_trickle, trickle=b"ET /runs HTTP/1.1\r\nX-Slow: " + b"a" * 100)
+        kept, t_kept = connect(f"GET /agents HTTP/1.1\r\nHost: x\r\n{auth}\r\n".encode())
+        kept.settimeout(5)
+        assert kept.recv(4096).startswith(b"HTTP/1.1 200")
+        took["idle after an answer"] = _closed_after(kept, time.monotonic())
+        for sock, _ in [*held.values(), (trickled, 0), (kept, 0)]:
+            sock.close()
+        assert all(0.9 <= t <= 4.0 for t in took.values()), took  # each at its deadline, none extended
+        assert c.get("/approvals").status_code == 200
+        assert [r["checkpoint_id"] for r in c.get("/runs").json()["runs"]] == []  # the cut-off POST started nothing
+    assert "Traceback" not in server.stop()
+
+
+def test_connections_past_the_limit_are_answered_503(tmp_path):
+    with ServeProcess(tmp_path, args=("--max-connections", "3")) as server, server.client() as c:
+        idle = [socket.create_connection((server.host, server.port)) for _ in range(3)]
+        time.sleep(0.2)
+        r = c.get("/agents")
+        assert r.status_code == 503
+        for sock in idle:
+            sock.close()
+        time.sleep(0.2)
+        assert c.get("/agents").status_code == 200
+
+
+@pytest.mark.parametrize("option", [("--header-timeout", "0"), ("--body-timeout", "-1"), ("--keep-alive", "inf"),
+                                    ("--max-connections", "0")])
+def test_serve_refuses_limits_that_are_not_positive(tmp_path, option):
+    out = _serve(tmp_path, {"WAYPOINT_TOKEN": SERVE_TOKEN}, *option)
+    assert out.returncode == 2 and option[0] in out.stderr and "positive" in out.stderr, out.stderr

@@ -46,7 +46,9 @@ def test_the_first_token_arrives_before_the_run_ends(tmp_path):
     message = next(d for k, d, _ in seen if k == "message")
     assert message["tool_calls"][0]["arguments"] == {"command": "uptime"}
     assert next(d for k, d, _ in seen if k == "tool_call") == {"call_id": "call_1", "name": "execute",
-                                                               "arguments": {"command": "uptime"}}
+                                                               "arguments": {"command": "uptime"},
+                                                               "arguments_json": '{"command": "uptime"}',
+                                                               "run_path": ["ops"]}
     interrupt = next(d for k, d, _ in seen if k == "interrupt")
     assert interrupt["interrupts"][0]["tool"] == "execute" and interrupt["version"] == seen[-1][1]["version"]
 
@@ -164,3 +166,75 @@ def test_events_need_the_token(tmp_path):
     app = create_app(approval_agent([]), SQLiteStore(tmp_path / "runs.db"), auth=TOKEN)
     with Served(app) as s:
         assert httpx.get(f"{s.url}/events", timeout=5).status_code == 401
+
+
+def _first(client, path: str) -> tuple[int, str, dict]:
+    with client.stream("GET", path) as resp:
+        for ident, kind, data in events(resp):
+            return int(ident), kind, data
+    raise AssertionError(f"{path}: no event")
+
+
+def test_a_run_deleted_by_another_process_never_replays_its_events_to_the_next_run_on_its_id(tmp_path):
+    """Two services on one database: A holds run X's events; X is deleted through B and started again (through
+    B, then through A). A reader of X on A naming an old event ID gets a snapshot of the new run, and a reader
+    of A's /events that reconnects is replayed no event of a run that is gone (the old X's arguments)."""
+    import json
+
+    db = tmp_path / "runs.db"
+    apps = [create_app(approval_agent([]), SQLiteStore(db), auth=TOKEN) for _ in range(2)]
+    with Served(apps[0]) as a, Served(apps[1]) as b, a.client(TOKEN) as ca, b.client(TOKEN) as cb:
+        hub_before = _first(ca, "/events")[0]
+        start = ca.post("/runs", json={"input": "cat /secret-old", "checkpoint_id": "X"}).json()["last_event_id"]
+        old = _collect(ca, "/runs/X/events", {"Last-Event-ID": str(start)}, "end")
+        assert any("secret-old" in json.dumps(d) for _, _, d in old)
+        ca.post("/runs", json={"input": "cat /gone-here", "checkpoint_id": "Z", "wait": True})
+        assert ca.delete("/runs/Z").status_code == 204  # deleted through A itself
+        assert cb.delete("/runs/X").status_code == 204  # through B: A learns of it only from the store
+        for where in (cb, ca):  # the new run on X started through B, then (deleted again) through A
+            assert where.post("/runs", json={"input": "ls", "checkpoint_id": "X", "wait": True}).status_code == 201
+            for seen in (start, old[0][0], old[len(old) // 2][0], old[-1][0]):
+                _, kind, data = _first(ca, f"/runs/X/events?after={seen}")
+                assert kind == "snapshot" and data["interrupts"][0]["arguments"] == {"command": "ls"}, (kind, data)
+            assert where.delete("/runs/X").status_code == 204
+        ca.post("/runs", json={"input": "ls", "checkpoint_id": "X", "wait": True})
+        ca.post("/runs", json={"input": "pwd", "checkpoint_id": "Y", "wait": True})
+        replayed = []
+        with ca.stream("GET", f"/events?after={hub_before}") as resp:  # a reconnect: the log is replayed
+            for _, kind, data in events(resp):
+                replayed.append((kind, data))
+                if kind == "end" and data["checkpoint_id"] == "Y":
+                    break
+        text = json.dumps([d for _, d in replayed])
+        assert "secret-old" not in text and "gone-here" not in text, replayed
+        shown = [(k, d["checkpoint_id"]) for k, d in replayed if k in ("started", "interrupt", "end")]
+        assert shown == [("started", "X"), ("interrupt", "X"), ("end", "X"),
+                         ("started", "Y"), ("interrupt", "Y"), ("end", "Y")], shown
+
+
+def test_every_agent_event_says_which_agent_of_a_composition_it_comes_from(tmp_path):
+    """boss calls the agent tool researcher, which asks for execute under approval; both name their call
+    "call_0". Over HTTP each token, message, tool call, tool result and decision carries its `run_path`, and
+    the pause says it is the researcher's call."""
+    from service_support import SERVED, ServeProcess
+
+    agent_kinds = {"token", "message", "tool_call", "tool_result", "decision", "retry", "rerun"}
+    with ServeProcess(tmp_path, agents=SERVED + ",service_agent:boss") as server, server.client() as c:
+        start = c.post("/runs", json={"agent": "boss", "input": "uptime", "checkpoint_id": "team"}).json()
+        first = _collect(c, "/runs/team/events", {"Last-Event-ID": str(start["last_event_id"])}, "end")
+        (pause,) = next(d for _, k, d in first if k == "interrupt")["interrupts"]
+        assert pause["run_path"] == ["boss", "researcher"] and pause["call_id"] == "call_0"
+        assert c.get("/approvals").json()["approvals"][0]["run_path"] == ["boss", "researcher"]
+        r = c.post("/runs/team/resume", json={"answers": [{"action": "approve", "interrupt_id": pause["id"],
+                                                            "digest": pause["digest"]}]})
+        rest = _collect(c, "/runs/team/events", {"Last-Event-ID": str(r.json()["last_event_id"])}, "end")
+    seen = [(k, d) for _, k, d in first + rest if k in agent_kinds]
+    assert {k for k, _ in seen} >= {"token", "message", "tool_call", "tool_result", "decision"}
+    assert all(d.get("run_path") in (["boss"], ["boss", "researcher"]) for _, d in seen), seen
+    calls = [(d["name"], d["call_id"], d["run_path"]) for k, d in seen if k == "tool_call"]
+    assert calls == [("researcher", "call_0", ["boss"]), ("execute", "call_0", ["boss", "researcher"])]
+    results = [(d["name"], d["run_path"]) for k, d in seen if k == "tool_result"]
+    assert results == [("execute", ["boss", "researcher"]), ("researcher", ["boss"])]
+    (decision,) = [d for k, d in seen if k == "decision"]
+    assert (decision["tool"], decision["verb"], decision["run_path"]) == ("execute", "approved", ["boss", "researcher"])
+    assert server.ran() == ["uptime"]

@@ -57,6 +57,89 @@ function hides(value, strict) {
   return false;
 }
 
+const JSON_TOKEN = /[ \t\n\r]*(?:("(?:[^"\\\u0000-\u001f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*")|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)|(true|false|null)|([{}[\],:]))/y;
+
+const JSON_REST = /[ \t\n\r]*$/y;
+const LAYOUT_DEPTH = 64;  // deeper: shown as written, on its lines
+
+// JSON text (a tool call's arguments exactly as the model wrote them) laid out two spaces a level, never
+// parsed as a whole: JSON.parse reads numbers as doubles, and a card would show 12345678901234567891 as
+// 12345678901234567000 while the tool runs with the exact number. Numbers, true, false and null are kept
+// character for character; each string is decoded on its own (exact) and written back as JSON.stringify
+// writes it. Returns { text, hidden, repeated } — whether a string or a key hides characters, the keys an
+// object names twice (the tool gets the last) — or null when `source` is not JSON, or nests deeper than
+// LAYOUT_DEPTH (then it is shown as written).
+function layout(source) {
+  if (typeof source !== "string") return null;
+  const out = [];
+  const open = [];  // per open object or array: { close: "}" | "]", keys: Set | null, empty: true }
+  let expect = "value";  // value, key, colon, next (a comma or the close), end
+  let hidden = false;
+  const repeated = [];
+  const indent = () => "\n" + "  ".repeat(open.length);
+  const startItem = () => {
+    const top = open[open.length - 1];
+    if (top) { out.push(indent()); top.empty = false; }
+  };
+  const valueDone = () => { expect = open.length ? "next" : "end"; };
+  let at = 0;
+  for (;;) {
+    JSON_REST.lastIndex = at;
+    if (JSON_REST.test(source)) break;  // nothing but whitespace left
+    JSON_TOKEN.lastIndex = at;
+    const m = JSON_TOKEN.exec(source);
+    if (!m || m.index !== at) return null;
+    at = JSON_TOKEN.lastIndex;
+    const [, str, num, lit, punct] = m;
+    const top = open[open.length - 1];
+    if (str !== undefined) {
+      const decoded = JSON.parse(str);  // one string: exact
+      if (expect === "key") {
+        startItem();
+        if (top.keys.has(decoded)) repeated.push(decoded);
+        top.keys.add(decoded);
+        hidden = hidden || hides(decoded, true);
+        out.push(JSON.stringify(decoded));
+        expect = "colon";
+        continue;
+      }
+      if (expect !== "value") return null;
+      if (top && top.close === "]") startItem();
+      hidden = hidden || hides(decoded, false);
+      out.push(JSON.stringify(decoded));
+      valueDone();
+    } else if (num !== undefined || lit !== undefined) {
+      if (expect !== "value") return null;
+      if (top && top.close === "]") startItem();
+      out.push(num !== undefined ? num : lit);  // as written: never through a double
+      valueDone();
+    } else if (punct === "{" || punct === "[") {
+      if (expect !== "value") return null;
+      if (top && top.close === "]") startItem();
+      if (open.length >= LAYOUT_DEPTH) return null;  // its indentation would grow as its depth squared
+      out.push(punct);
+      open.push({ close: punct === "{" ? "}" : "]", keys: punct === "{" ? new Set() : null, empty: true });
+      expect = punct === "{" ? "key" : "value";
+    } else if (punct === "}" || punct === "]") {
+      if (!top || top.close !== punct) return null;
+      if (!(expect === "next" || (top.empty && (expect === "key" || expect === "value")))) return null;
+      open.pop();
+      out.push(top.empty ? punct : indent() + punct);
+      valueDone();
+    } else if (punct === ",") {
+      if (expect !== "next") return null;
+      out.push(",");
+      expect = top.close === "}" ? "key" : "value";
+    } else if (punct === ":") {
+      if (expect !== "colon") return null;
+      out.push(": ");
+      expect = "value";
+    }
+  }
+  if (expect !== "end") return null;
+  return { text: out.join(""), hidden, repeated };
+}
+
 function el(tag, cls, text, strict) {
   const node = document.createElement(tag);
   if (cls) node.className = cls;
@@ -197,18 +280,34 @@ function card(item, showRun) {
   }
   head.append(el("span", "paused", `paused ${when(item.paused_at)} (version ${item.version})`));
   li.append(head);
-  const shown = item.kind === "approval" ? item.arguments : item.info;
-  if (hides(item.tool, true) || hides(item.checkpoint_id, true) || hides(shown, false)) {
+  const path = Array.isArray(item.run_path) ? item.run_path : [];
+  if (path.length > 1) {  // asked inside an agent another agent called: say whose call it is
+    const agent = el("p", "agent", "Agent: ");
+    path.forEach((name, i) => agent.append(...(i ? [" › "] : []), el("span", "agent-name", name, true)));
+    li.append(agent);
+  }
+  // An approval's arguments as the model wrote them (the text the tool is given), laid out but never
+  // parsed into doubles; anything else as the API gives it.
+  const written = item.kind === "approval" && typeof item.arguments_json === "string" ? item.arguments_json : null;
+  const laid = written === null ? null : layout(written);
+  const text = laid ? laid.text : written !== null ? written : JSON.stringify(item.info, null, 2);
+  const hidden = laid ? laid.hidden : hides(written !== null ? written : item.info, false);
+  if (hides(item.tool, true) || hides(item.checkpoint_id, true) || hides(path, true) || hidden) {
     li.classList.add("suspicious");
     li.append(el("p", "warning", "This call holds invisible or direction-changing characters, highlighted below " +
       "as \\u codes: it may not do what it seems to. Read it character by character before approving."));
+  }
+  if (laid && laid.repeated.length) {
+    li.classList.add("suspicious");
+    li.append(el("p", "warning", `This call names ${[...new Set(laid.repeated)].map((k) => JSON.stringify(k))
+      .join(", ")} more than once: the tool gets the last value of each. Read all of them before approving.`));
   }
   if (item.run_status === "failed") {
     li.classList.add("failed");
     li.append(el("p", "failure", `The run failed while this waits: ${item.run_error || "no reason recorded"}. ` +
       "Answering resumes it, retrying the step that failed."));
   }
-  li.append(el("pre", "arguments", JSON.stringify(shown, null, 2)));
+  li.append(el("pre", "arguments", text));
   const actions = el("div", "actions");
   if (item.kind === "approval") {
     const approve = el("button", "approve", "Approve");
@@ -271,7 +370,7 @@ function follow(path, onEvent) {
     source.addEventListener(kind, (e) => {
       let data;
       try { data = JSON.parse(e.data); } catch (err) { return; }
-      onEvent(kind, data);
+      onEvent(kind, data, e.data);
     });
   }
   return source;
@@ -329,7 +428,8 @@ function renderRun(run) {
   $("approvals").replaceChildren(...cards(run.interrupts.filter((i) => i.kind !== "pause")
     .map((i) => ({ checkpoint_id: run.checkpoint_id, run_status: run.status, run_error: run.error, ...i })), false));
   $("messages").replaceChildren(...(run.messages || []).map((m) => {
-    const calls = (m.tool_calls || []).map((c) => `\n→ ${c.name}(${JSON.stringify(c.arguments)})`).join("");
+    const calls = (m.tool_calls || []).map((c) => `\n→ ${c.name}(${typeof c.arguments_json === "string" ?
+      c.arguments_json : JSON.stringify(c.arguments)})`).join("");  // as written: never through a double
     return el("li", `message ${m.role}`, `[${m.role}${m.name ? " " + m.name : ""}] ${m.content}${calls}`);
   }));
   $("history").replaceChildren(...historyRows(run.history));
@@ -357,14 +457,14 @@ async function loadRun() {
   renderRun(result.body);
 }
 
-function onRunEvent(kind, data) {
+function onRunEvent(kind, data, raw) {
   if (kind === "token") {
     $("tokens").append(visible(data.text));
     return;
   }
   if (kind === "snapshot" && data.history) renderRun(data);
   if (kind === "message") $("tokens").append("\n");
-  const line = kind === "snapshot" ? `snapshot: ${data.status}` : `${kind} ${JSON.stringify(data)}`;
+  const line = kind === "snapshot" ? `snapshot: ${data.status}` : `${kind} ${raw}`;  // the text sent: exact
   $("events").append(el("li", `event ${kind}`, line));
   if (kind === "checkpoint") reloadThrottled();  // the version moved: no need to read it at every one
   if (["interrupt", "end", "deleted", "decision"].includes(kind)) reloadSoon();

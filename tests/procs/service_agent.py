@@ -7,7 +7,10 @@
   can send what a model could emit (lone surrogates, bidi controls). Every call needs approval. Its
   `execute` records like ops' (a command starting with "hold" first writes "<command>" to
   $SERVICE_TOOL_LOG.started and waits until the file $SERVICE_GATE exists; "fail" raises); its tool
-  "exe\\u200bcute" has a zero-width space in its name.
+  "exe\\u200bcute" has a zero-width space in its name; `transfer(account: int, amount: int)` records
+  "transfer account=<account> amount=<amount>" (exact integers, however long).
+- `boss` ("boss"): a composition — it asks the agent tool `researcher` the user's message, and the
+  researcher asks `execute` (raw's, under approval) to run it; both name their call "call_0".
 - `steps` ("steps"): a graph that loops `n` times, writing a version per step (long histories), each step
   taking `pause` seconds.
 """
@@ -18,7 +21,7 @@ import asyncio
 import json
 import os
 
-from waypoint.engine import END, START, ChatModelAgent, Graph, Message, ToolCall, tool
+from waypoint.engine import END, START, AgentTool, ChatModelAgent, Graph, Message, ToolCall, tool
 from waypoint.engine.models import OfflineModel, ScriptedChatModel
 from waypoint.middleware import ApprovalMiddleware
 
@@ -61,6 +64,13 @@ def odd_execute(command: str) -> str:
     return "odd"
 
 
+@tool
+def transfer(account: int, amount: int) -> str:
+    """Transfer money (this one only records it)."""
+    _record(f"transfer account={account} amount={amount}")
+    return f"sent {amount} to {account}"
+
+
 def _spelled(messages: list, tools: list) -> Message:
     last = messages[-1]
     if last.role == "tool":
@@ -72,8 +82,26 @@ def _spelled(messages: list, tools: list) -> Message:
 
 def raw() -> ChatModelAgent:
     model = ScriptedChatModel([_spelled] * 100_000)
-    return ChatModelAgent(name="raw", model=model, tools=[raw_execute, odd_execute],
+    return ChatModelAgent(name="raw", model=model, tools=[raw_execute, odd_execute, transfer],
                           middlewares=[ApprovalMiddleware(tools=lambda name, arguments: True)])
+
+
+def _asks(tool_name: str, key: str, agent: str):
+    def reply(messages: list, tools: list) -> Message:
+        last = messages[-1]
+        if last.role == "tool":
+            return Message.assistant(f"{agent}: {last.content}")
+        return Message.assistant(tool_calls=[ToolCall(id="call_0", name=tool_name,
+                                                      arguments=json.dumps({key: last.content}))])
+    return reply
+
+
+def boss() -> ChatModelAgent:
+    researcher = ChatModelAgent(name="researcher", model=ScriptedChatModel([_asks("execute", "command", "researcher")]
+                                                                           * 10_000),
+                                tools=[raw_execute], middlewares=[ApprovalMiddleware(tools={"execute"})])
+    return ChatModelAgent(name="boss", model=ScriptedChatModel([_asks("researcher", "request", "boss")] * 10_000),
+                          tools=[AgentTool(researcher)])
 
 
 def steps():

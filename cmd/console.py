@@ -39,15 +39,25 @@ class Console:
         return f"\033[{codes}m{text}\033[0m"
 
     def line(self, text: str = "", *styles: str) -> None:
-        print(self.style(text, *styles), file=self.out, flush=True)
+        print(_printable(self.style(text, *styles)), file=self.out, flush=True)
 
     def write(self, text: str, *styles: str) -> None:
-        self.out.write(self.style(text, *styles))
+        self.out.write(_printable(self.style(text, *styles)))
         self.out.flush()
 
     def note(self, text: str, *styles: str) -> None:
         """A line on stderr (banners, retries): it never mixes into output a script reads."""
-        print(self.style(text, *styles), file=self.err, flush=True)
+        print(_printable(self.style(text, *styles)), file=self.err, flush=True)
+
+
+def _printable(text: str) -> str:
+    """What a stream can always encode: an unpaired surrogate (model text) as `\\udXXX`, never a crash. Text
+    from a run is made `visible()` where it is printed; this is the backstop."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def default_db() -> Path:
@@ -153,14 +163,14 @@ async def print_events(events: Any, console: Console, *, tools: bool = True) -> 
         async for event in events:
             if event.error is not None:
                 summary.error = event.error
-                console.note(f"[error] {type(event.error).__name__}: {event.error}", "red")
+                console.note(f"[error] {type(event.error).__name__}: {visible(str(event.error))}", "red")
             elif event.output is not None:
                 await _print_output(event.output, console, summary, tools, _inside(event))
             elif event.action is not None:
                 _print_action(event.action, console, summary)
     except WaypointError as err:  # raised by the iterator: the run (or resume) did not start
         summary.error = err
-        console.note(f"[error] {type(err).__name__}: {err}", "red")
+        console.note(f"[error] {type(err).__name__}: {visible(str(err))}", "red")
     return summary
 
 
@@ -179,31 +189,32 @@ async def _print_output(output: Any, console: Console, summary: EventSummary, to
                     if not started:
                         console.write(f"[assistant{inside}] ", "cyan")
                         started = True
-                    console.write(chunk.content)
+                    console.write(visible(chunk.content))  # a model's text is shown, never obeyed
             if started:
                 console.line()
         message = await output.get_message()
         if output.stream is None and message.content:
-            console.line(console.style(f"[assistant{inside}] ", "cyan") + message.content)
+            console.line(console.style(f"[assistant{inside}] ", "cyan") + visible(message.content))
         if message.content and not inside:
             summary.answer = message.content
         if tools:
             for call in message.tool_calls:
-                console.line(f"[tool call{inside}] {call.name}({call.arguments})", "yellow")
+                console.line(f"[tool call{inside}] {visible(call.name, strict=True)}({visible(call.arguments)})",
+                             "yellow")
     elif output.role == "tool":
         message = await output.get_message()
         if tools:
-            console.line(f"[tool result{inside}] {compact(message.content)}", "dim")
+            console.line(f"[tool result{inside}] {visible(compact(message.content), strict=True)}", "dim")
 
 
 def _print_action(action: Any, console: Console, summary: EventSummary) -> None:
     if action.interrupted is not None:
         summary.interrupted = action.interrupted
     if action.retry is not None:
-        console.note(f"\n[retry] {action.retry.what} call failed, retrying: {action.retry.error}", "yellow")
+        console.note(f"\n[retry] {action.retry.what} call failed, retrying: {visible(action.retry.error)}", "yellow")
     if action.rerun is not None:
         summary.reruns.append(action.rerun)
-        console.line(f"[rerun] {action.rerun.name} had started and not finished (a crash, or a failed turn): "
+        console.line(f"[rerun] {visible(action.rerun.name, strict=True)} had started and not finished (a crash, or a failed turn): "
                      f"it runs again with the same idempotency key {action.rerun.idempotency_key[:12]}…", "yellow")
     if action.decision is not None:
         summary.decisions.append(action.decision)

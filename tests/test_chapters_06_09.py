@@ -220,3 +220,62 @@ def test_ch09_does_not_take_over_a_session_a_live_process_runs(tmp_path):
     assert "error: session s9 is in use by another process" in second.stderr
     assert "[tool result]" not in second.stdout and f"pid {owner.pid}" in journal.read_text()
     assert all(f"pid {owner.pid}" in line for line in journal.read_text().splitlines())  # the second ran nothing
+
+
+# --- hostile text, Ctrl-C at the prompt, bad options -------------------------------------------------------
+
+def test_ch07_shows_a_models_hidden_characters_as_codes_and_warns_before_approval(tmp_path, chat_server):
+    """The spoof a person approved in a browser once (`echo hello ‮⁦; rm -rf ~/ ⁩ ⁦#⁩‬`), terminal escapes and a lone
+    surrogate: shown as \\uXXXX codes, never obeyed, never a crash."""
+    from chat_server import Reply
+
+    spoof = "echo hello \u202e\u2066; rm -rf ~/ \u2069 \u2066#\u2069\u202c \x1b]0;owned\x07 \ud800"
+    chat_server.push(Reply(tool_calls=[("c1", "execute", json.dumps({"command": spoof}, ensure_ascii=False))]),
+                     Reply("done \x1b[2J\u202eevil \ud800"))
+    root = project(tmp_path)
+    env = {**environment(root), "OPENAI_API_KEY": "k", "OPENAI_BASE_URL": chat_server.base_url,
+           "OPENAI_MODEL": "m"}
+    out = subprocess.run([sys.executable, "-m", "waypoint.cmd.chapters.ch07", "--session", "h"], input="run it\nn\n\n",
+                         capture_output=True, text=True, env=env, cwd=root, timeout=60)
+    assert out.returncode == 0, out.stderr
+    for raw in ("\u202e", "\u2066", "\x1b", "\x07"):
+        assert raw not in out.stdout and raw not in out.stderr, repr(raw)
+    assert "\\u202e" in out.stdout and "invisible or direction-changing" in out.stdout
+    assert "Traceback" not in out.stderr
+
+
+def test_ctrl_c_at_the_approval_prompt_ends_the_chapter_and_answers_nothing(tmp_path):
+    import pty
+
+    root = project(tmp_path)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "waypoint.cmd.chapters.ch07", "--session", "cc"], stdin=follower,
+                            stdout=follower, stderr=subprocess.PIPE, env=environment(root), cwd=root)
+    os.close(follower)
+    seen = b""
+    try:
+        os.write(leader, b"please run the command touch ctrl-c.txt\n")
+        deadline = time.monotonic() + 30
+        while b"Approve this action?" not in seen:
+            assert time.monotonic() < deadline, seen
+            seen += os.read(leader, 4096)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 130  # at once: not after the next key
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(leader)
+    assert not (root / "ctrl-c.txt").exists()
+    again = chapter(7, root, "--session", "cc", stdin="")  # still paused: nothing was answered
+    assert "This session is paused, waiting for you" in again.stdout and "Approve this action?" in again.stdout
+
+
+def test_chapters_refuse_a_bad_project_root_and_a_bad_database_in_one_line(tmp_path):
+    root = project(tmp_path)
+    env = {**environment(root), "PROJECT_ROOT": str(tmp_path / "missing")}
+    out = subprocess.run([sys.executable, "-m", "waypoint.cmd.chapters.ch07"], input="", capture_output=True, text=True,
+                         env=env, cwd=root, timeout=60)
+    assert out.returncode == 1 and out.stderr.splitlines()[-1].startswith("error: the project root") \
+        and "Traceback" not in out.stderr
+    out = chapter(8, root, "--db", "/proc/nope/x.db", stdin="")
+    assert out.returncode == 1 and out.stderr.splitlines()[-1].startswith("error: ") and "Traceback" not in out.stderr

@@ -20,8 +20,10 @@ from typing import Any
 from waypoint.engine.resume import unescape_part
 from waypoint.middleware import ApprovalInfo, ApprovalResult
 
+from waypoint.engine.node_calls import in_daemon_thread
+
+from ..console import hides, read_line, visible
 from .session import FAILED, QUIT, ChatSession
-from ..console import read_line
 
 __all__ = ["approval_prompt", "REJECTED"]
 
@@ -42,10 +44,14 @@ async def approval_prompt(session: ChatSession, info: Any) -> str:
     console.line("\n⚠️  Approval Required ⚠️", "yellow", "bold")
     agents = _agents(pending.address)
     if len(agents) > 1:  # asked inside an agent the chapter's agent called (chapter 10)
-        console.line(f"Agent: {' › '.join(agents)}")
-    console.line(f"Tool: {approval.tool_name}")
-    console.line(f"Arguments: {approval.arguments_json}")
-    answer = read_line(console, "\nApprove this action? (y/n): ")
+        console.line(f"Agent: {' › '.join(visible(a, strict=True) for a in agents)}")
+    console.line(f"Tool: {visible(approval.tool_name, strict=True)}")
+    console.line(f"Arguments: {visible(approval.arguments_json)}")  # shown as codes, never obeyed
+    if hides(approval.tool_name) or hides(approval.arguments_json):
+        console.line("! this call holds invisible or direction-changing characters, shown above as \\uXXXX codes: "
+                     "read them before you approve", "red", "bold")
+    # Read off the event loop: Ctrl-C at the prompt ends the chapter at once, and never becomes an answer.
+    answer = await in_daemon_thread(read_line, console, "\nApprove this action? (y/n): ")
     if answer is None:
         console.line("No answer: the call stays paused, and this prompt comes back when you resume the session.")
         return QUIT

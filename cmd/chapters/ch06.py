@@ -26,10 +26,10 @@ from waypoint.engine import Runner
 from waypoint.engine.models import model_from_env
 from waypoint.middleware import LoggingMiddleware
 
-from .session import ChatSession, add_session_options
+from .session import ChatSession, add_session_options, guarded
 from ..console import Console, chapter_model, chapter_parser, open_store
 from ..fstools import ProjectRoot
-from .project import project_agent, project_instruction
+from .project import check_root, project_agent, project_instruction
 
 __all__ = ["AGENT_NAME", "build_agent", "NodeTrace", "main"]
 
@@ -114,15 +114,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log", action="store_true", help="log every model and tool call as JSON on stderr")
     args = add_session_options(parser).parse_args(argv)
     console = Console()
-    agent = build_agent(model=chapter_model(console), instruction=args.instruction, root=root, log=args.log)
-    console.note("Tracing: node timings after each turn ([trace] on stderr); structured logs "
-                 + ("on ([log] on stderr)" if args.log else "off (pass --log)"), "dim")
-    trace = NodeTrace()
-    runner = Runner(agent, store=open_store(args.db), streaming=True, callbacks=[trace], lease_seconds=LEASE_SECONDS)
-    session = ChatSession(number=6, runner=runner, console=console,
-                          banners=[f"Project root: {root.root}"], db=args.db, takeover=args.takeover,
-                          after_turn=lambda: trace.report(console))
-    return session.main(args.session)
+
+    def body() -> int:
+        check_root(root)
+        agent = build_agent(model=chapter_model(console), instruction=args.instruction, root=root, log=args.log)
+        console.note("Tracing: node timings after each turn ([trace] on stderr); structured logs "
+                     + ("on ([log] on stderr)" if args.log else "off (pass --log)"), "dim")
+        trace = NodeTrace()
+        runner = Runner(agent, store=open_store(args.db), streaming=True, callbacks=[trace], lease_seconds=LEASE_SECONDS)
+        session = ChatSession(number=6, runner=runner, console=console,
+                              banners=[f"Project root: {root.root}"], db=args.db, takeover=args.takeover,
+                              after_turn=lambda: trace.report(console))
+        return session.main(args.session)
+
+    return guarded(console, body)
 
 
 if __name__ == "__main__":

@@ -35,10 +35,10 @@ from waypoint.engine.models import model_from_env
 from waypoint.engine.tools import ToolEvent
 from waypoint.middleware import SafeToolMiddleware
 
-from .session import ChatSession, add_session_options
+from .session import ChatSession, add_session_options, guarded
 from ..console import Console, chapter_model, chapter_parser, open_store
 from ..fstools import ProjectRoot
-from .project import project_agent, project_instruction
+from .project import check_root, project_agent, project_instruction
 
 __all__ = ["AGENT_NAME", "build_agent", "BatchPlanner", "RecoveryReport", "main"]
 
@@ -174,15 +174,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.crash_after is not None and args.crash_after < 0:
         parser.error("--crash-after takes a number of calls, 0 or more")
     console = Console()
-    model = chapter_model(console)
-    console.note('batch planner: "process a, b and c" runs process_item for each item, one after another', "dim")
-    agent = build_agent(model=model, instruction=args.instruction, root=root, crash_after=args.crash_after)
-    report = RecoveryReport()
-    runner = Runner(agent, store=open_store(args.db), streaming=True, callbacks=[report], lease_seconds=LEASE_SECONDS)
-    session = ChatSession(number=9, runner=runner, console=console,
-                          banners=[f"Project root: {root.root}"], db=args.db, takeover=args.takeover,
-                          after_turn=lambda: report.report(console))
-    return session.main(args.session)
+
+    def body() -> int:
+        check_root(root)
+        model = chapter_model(console)
+        console.note('batch planner: "process a, b and c" runs process_item for each item, one after another', "dim")
+        agent = build_agent(model=model, instruction=args.instruction, root=root, crash_after=args.crash_after)
+        report = RecoveryReport()
+        runner = Runner(agent, store=open_store(args.db), streaming=True, callbacks=[report], lease_seconds=LEASE_SECONDS)
+        session = ChatSession(number=9, runner=runner, console=console,
+                              banners=[f"Project root: {root.root}"], db=args.db, takeover=args.takeover,
+                              after_turn=lambda: report.report(console))
+        return session.main(args.session)
+
+    return guarded(console, body)
 
 
 if __name__ == "__main__":

@@ -19,10 +19,10 @@ from waypoint.engine.models import model_from_env
 from waypoint.middleware import ApprovalMiddleware, SafeToolMiddleware
 
 from .approval_prompt import approval_prompt
-from .session import ChatSession, add_session_options
+from .session import ChatSession, add_session_options, guarded
 from ..console import Console, chapter_model, chapter_parser, open_store
 from ..fstools import ProjectRoot
-from .project import project_agent
+from .project import check_root, project_agent
 from .rag_workflow import answer_from_document_tool
 
 __all__ = ["AGENT_NAME", "build_agent", "main"]
@@ -57,12 +57,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 "tools need approval.", session=True, instruction=SUPERVISOR)
     args = add_session_options(parser).parse_args(argv)
     console = Console()
-    agent = build_agent(model=chapter_model(console), instruction=args.instruction, root=root)
-    runner = Runner(agent, store=open_store(args.db), streaming=True, lease_seconds=LEASE_SECONDS)
-    session = ChatSession(number=10, runner=runner, console=console,
-                          banners=[f"Project root: {root.root}"], db=args.db, on_pause=approval_prompt,
-                          takeover=args.takeover)
-    return session.main(args.session)
+
+    def body() -> int:
+        check_root(root)
+        agent = build_agent(model=chapter_model(console), instruction=args.instruction, root=root)
+        runner = Runner(agent, store=open_store(args.db), streaming=True, lease_seconds=LEASE_SECONDS)
+        session = ChatSession(number=10, runner=runner, console=console,
+                              banners=[f"Project root: {root.root}"], db=args.db, on_pause=approval_prompt,
+                              takeover=args.takeover)
+        return session.main(args.session)
+
+    return guarded(console, body)
 
 
 if __name__ == "__main__":

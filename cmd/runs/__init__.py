@@ -127,7 +127,7 @@ def _unreadable_hint(err: BaseException, checkpoint_id: str | None, hint: str) -
 
 
 def _fail(console: Console, message: str, code: int = 1) -> int:
-    console.note("error: " + " ".join(message.split()), "red")
+    console.note("error: " + visible(" ".join(message.split()), strict=True), "red")  # it may quote a run ID
     return code
 
 
@@ -141,7 +141,7 @@ async def _list(args: Any, console: Console, hint: str) -> int:
             except WaypointError as err:  # one damaged run does not hide the others
                 found.append((meta, None, str(err) + _unreadable_hint(err, meta.checkpoint_id, hint)))
     if args.json:
-        console.line(json.dumps([_list_json(meta, run, problem) for meta, run, problem in found], ensure_ascii=False))
+        console.line(json.dumps([_list_json(meta, run, problem) for meta, run, problem in found], ensure_ascii=True))
         return 0
     if not found:
         console.line("no runs" + (f" with status {args.status}" if args.status else "") + f" in {args.db}")
@@ -182,7 +182,7 @@ async def _show(args: Any, console: Console, hint: str) -> int:
             serializer = build_app(target, store)[1].get_serializer()
         run = await read_run(store, args.id, args.version, serializer=serializer, hint=hint)
     if args.json:
-        console.line(json.dumps(run_json(run), ensure_ascii=False))
+        console.line(json.dumps(run_json(run), ensure_ascii=True))
     else:
         show_run(run, console, hint=hint)
     return 0
@@ -194,7 +194,7 @@ async def _history(args: Any, console: Console, hint: str) -> int:
     if not metas:
         raise RunsError(f"no run {args.id!r} in this database; `{hint} list` shows the runs")
     if args.json:
-        console.line(json.dumps([meta_json(m, newest=i == 0) for i, m in enumerate(metas)], ensure_ascii=False))
+        console.line(json.dumps([meta_json(m, newest=i == 0) for i, m in enumerate(metas)], ensure_ascii=True))
         return 0
     rows = [(str(m.version), m.status, str(m.step), clock(m.updated_at), visible(_origin(m), strict=True),
              visible(" ".join((m.error or "-").split()), strict=True)) for m in metas]

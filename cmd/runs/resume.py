@@ -27,7 +27,7 @@ from waypoint.engine.errors import clip, describe
 from waypoint.engine.loading import load_object
 
 from .. import agents as _agents
-from ..console import Console, print_events
+from ..console import Console, print_events, visible
 from .read import RunsError, StoredRun, opened_store, read_run, read_version
 from .render import as_json, clock, lease_alive, pending_json, plain, run_json
 
@@ -161,7 +161,8 @@ async def resume_command(args: Any, console: Console, hint: str) -> int:
         _check_graph(run, app, f"--graph {args.graph}" if args.graph else f"agent {run.graph!r} of the waypoint commands")
         out = Console(io.StringIO(), console.err, color=False) if args.json else console
         if not args.json:
-            out.line(f"resuming run {cid} ({'agent' if runner else 'graph'} {run.graph}) in this process" +
+            out.line(f"resuming run {visible(cid, strict=True)} ({'agent' if runner else 'graph'} "
+                     f"{visible(run.graph, strict=True)}) in this process" +
                      "".join(f"; {verb} {iid}" for iid, (verb, _) in answers.items()), "dim")
         # bound to what was read and checked above: the version (nothing changed since) and the digests
         bound = {"takeover": args.takeover, "expected_version": run.meta.version}
@@ -186,7 +187,8 @@ async def _with_decisions(events: AsyncIterator[Any], out: Console) -> AsyncIter
         decision = event.action.decision if event.action is not None else None
         if decision is not None:
             reason = f": {decision.reason}" if decision.reason else ""
-            out.line(f"[decision] {decision.verb} {decision.tool} (call {decision.call_id}){reason}", "green")
+            out.line(f"[decision] {decision.verb} {visible(decision.tool, strict=True)} "
+                     f"(call {visible(decision.call_id, strict=True)}){visible(reason)}", "green")
         yield event
 
 
@@ -197,9 +199,9 @@ async def _resume_graph(app: Any, cid: str, targets: dict[str, Any], bound: dict
     except GraphInterrupted:
         return None
     except WaypointError as err:
-        out.note(f"[error] {type(err).__name__}: {err}", "red")
+        out.note(f"[error] {type(err).__name__}: {visible(str(err))}", "red")
         return err
-    out.line("[output] " + clip(as_json(output), 2000), "cyan")
+    out.line("[output] " + visible(clip(as_json(output), 2000)), "cyan")
     return None
 
 
@@ -215,12 +217,13 @@ def _report(after: StoredRun | None, error: BaseException | None, decisions: lis
             "checkpoint_id": cid, "status": meta.status, "version": meta.version, "step": meta.step,
             "error": (f"{type(error).__name__}: {error}" if error is not None else meta.error),
             "output": found["output"], "interrupts": [pending_json(p) for p in after.pending],
-            "decisions": plain(decisions)}, ensure_ascii=False))
+            "decisions": plain(decisions)}, ensure_ascii=True))
         return code
     if meta.status == "interrupted" and after.pending:
         ids = ", ".join(p.id for p in after.pending)
-        console.line(f"run {cid} paused again at version {meta.version}: it waits on {ids} (`{hint} show {cid}`)",
+        shown = visible(cid, strict=True)
+        console.line(f"run {shown} paused again at version {meta.version}: it waits on {ids} (`{hint} show {shown}`)",
                      "yellow")
     else:
-        console.line(f"run {cid} {meta.status} at version {meta.version}", "red" if code else "green")
+        console.line(f"run {visible(cid, strict=True)} {meta.status} at version {meta.version}", "red" if code else "green")
     return code

@@ -15,11 +15,13 @@ from .errors import (
     GraphInterrupted,
     GraphMismatch,
     GraphRunError,
+    LeaseLost,
     MaxIterationsExceeded,
     MaxStepsExceeded,
     ModelError,
     NodeError,
     SerializationError,
+    StoreUnavailable,
     UnknownInterrupt,
     WaypointError,
 )
@@ -41,7 +43,7 @@ _LAZY = {
                      "Restart", "Decision"), "tools"),
     **dict.fromkeys(("ChatModelAgent", "Runner", "AgentEvent", "AgentOutput", "AgentAction", "AgentMiddleware",
                      "AgentContext", "RetryNotice"), "agents"),
-    **dict.fromkeys(("emit_chunk", "task_ledger", "idempotency_key"), "task"),
+    **dict.fromkeys(("emit_chunk", "task_ledger", "idempotency_key", "check_lease"), "task"),
 }
 
 
@@ -78,6 +80,7 @@ __all__ = [
     "emit_chunk",
     "task_ledger",
     "idempotency_key",
+    "check_lease",
     "register_type",
     "Serializer",
     "TypeRegistry",
@@ -118,10 +121,12 @@ __all__ = [
     "GraphMismatch",
     "CheckpointError",
     "CheckpointConflict",
+    "LeaseLost",
     "CheckpointExists",
     "CheckpointNotFound",
     "CheckpointCorrupted",
     "UnknownInterrupt",
+    "StoreUnavailable",
     "SerializationError",
     "ModelError",
 ]

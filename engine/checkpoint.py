@@ -42,6 +42,7 @@ from .checkpoint_content import (
     split_state,
 )
 from .errors import CheckpointCorrupted, WaypointError, describe
+from .lease import lease_clock
 from .position import RunPosition
 from .store import (
     MAX_CHAIN,
@@ -133,6 +134,8 @@ class Checkpointer:
     _graph_part: str | None = None
     origin: str | None = None
     """Written into the next version's meta (then cleared): the `id@version` a fork or time travel left."""
+    sent: float = 0.0
+    """The lease clock (engine/lease.py) when the last write was sent: a lease it took lasts from then."""
 
     def __post_init__(self) -> None:
         self.fingerprint = fingerprint(self.graph_structure)
@@ -193,6 +196,7 @@ class Checkpointer:
         )
         header = self.serializer.dumps({"format": _FORMAT, **content, "meta": _binding(meta)},
                                        root=f"checkpoint '{self.checkpoint_id}'")
+        self.sent = lease_clock()  # the store stamps the lease no earlier (on its clock): see engine/lease.py
         await self.store.put(meta, header, content["parts"], blobs, expected_version=self.version)
         self.origin = None
         self.version = meta.version

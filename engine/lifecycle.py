@@ -13,8 +13,11 @@ The rules (docs/resume.md):
    `"exit"` on a pause, a failure and completion. A cancelled run is saved as `interrupted`.
 7. A failed or cancelled run is stored at its last finished step, state included (never with the
    changes of the step that failed), so a resume re-runs that step once.
-8. The lease is renewed from a thread (engine/lease.py); a run that lost it stops before its next step.
+8. The lease is renewed from a thread (engine/lease.py) and judged on the store's clock; a run that lost
+   it starts nothing more (`LeaseLost` before its next step or tool call) and writes nothing.
    A run deleted or expired while it runs stays deleted: its next write is `CheckpointNotFound`.
+9. A store that cannot be reached while the run saves (`StoreUnavailable`) leaves the run as it was last
+   saved — `running`, its lease left to expire — never stored as failed: it is resumed or taken over.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from .errors import (
     CheckpointNotFound,
     GraphInterrupted,
     GraphMismatch,
+    StoreUnavailable,
     UnknownInterrupt,
     WaypointError,
 )
@@ -42,6 +46,7 @@ from .lease import LeaseKeeper
 from .resume import ResumeRequest, awaits_answer, interrupt_info, pending_interrupt_ids
 from .runner import Run, RunInterrupted
 from .shape import GraphShape
+from .store import store_clock
 
 __all__ = ["RunOptions", "run_graph"]
 
@@ -147,7 +152,7 @@ class _Session:
         head = await self._target_head(loaded)
         self._check_expected(head)
         if head is not None:
-            self._check_lease(head)
+            await self._check_lease(head)
         if loaded is None or (loaded.meta.status == "completed" and opts.version is None and not request):
             self._check_new_run(loaded, input, request)
             await self._start_new(run, input, fresh=loaded is not None)
@@ -227,13 +232,23 @@ class _Session:
         raise CheckpointConflict(f"run '{self.target}' moved on: {now}, and this call was made for version "
                                  f"{expected}; read the run again and decide on what it holds now")
 
-    def _check_lease(self, head: Any) -> None:
+    async def _check_lease(self, head: Any) -> None:
+        """A running run is taken only once its lease expired on the store's clock (or with takeover=True).
+
+        The store's clock is read first, then the lease again: a renewal that lands after the clock was read
+        shows in the lease read after it, and one that comes later still is refused by the store (the lease
+        had expired by then), so a live owner is never judged dead."""
         if head.status != "running" or self.opts.takeover:
             return
-        if head.lease_expires is not None and head.lease_expires > time.time():
+        store = self.graph.store
+        now = await store_clock(store)
+        fresh = await store.history(head.checkpoint_id, limit=1)
+        head = fresh[0] if fresh else head
+        if head.status == "running" and head.lease_expires is not None and head.lease_expires > now:
             raise CheckpointConflict(
                 f"run '{head.checkpoint_id}' is running in another process (lease held by "
-                f"{head.lease_owner} until {_clock(head.lease_expires)}); "
+                f"{head.lease_owner} for another {head.lease_expires - now:.1f} s, until "
+                f"{_clock(head.lease_expires)} by the store's clock); "
                 "wait for it, or pass takeover=True if you know that process is dead"
             )
 
@@ -305,7 +320,7 @@ class _Session:
             run.ledger = lambda: (cp.store, cp.serializer, cp.checkpoint_id, pos.ledger)
         if self.last_status == "running":
             self.lease = LeaseKeeper(self.cp.store, self.target, self.cp.owner, self.cp.lease_seconds,
-                                     lambda: self.cp.version)
+                                     lambda: self.cp.version, held_from=self.cp.sent)
             self.lease.start()
             run.before_step = self.lease.check
         try:
@@ -322,6 +337,8 @@ class _Session:
                 pass  # from its last saved step (its lease expires, or takeover=True)
             raise
         except (CheckpointConflict, CheckpointNotFound):  # the run is not ours any more: write nothing
+            raise
+        except StoreUnavailable:  # the store, not the run, failed: leave the run as last saved (rule 9)
             raise
         except Exception as err:
             if self.durability != "interrupt" or self.last_status == "running":
@@ -361,7 +378,7 @@ class _Session:
             return
         self.last_status = meta.status
         if self.lease is not None:
-            self.lease.wrote(meta.lease_expires)
+            self.lease.wrote(self.cp.sent if meta.status == "running" else None)
         if self.emitter.active:
             await self.emitter.emit(Event("checkpoint", (), meta.version, meta.step))
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .base import END, START
-from .errors import GraphRunError, MaxStepsExceeded, NodeError, WaypointError
+from .errors import GraphRunError, LeaseLost, MaxStepsExceeded, NodeError, StoreUnavailable, WaypointError
 from .events import Emitter, Event
 from .interrupts import Interrupt
 from .merge import merge_values
@@ -189,6 +189,13 @@ class Run:
     def _before_step(self) -> None:
         if self.before_step is not None:
             self.before_step()
+
+    def _stops_run(self, err: Exception) -> bool:
+        """This run's lost lease, or its store failing, raised inside a task (`check_lease()`, a ledger
+        write): not the node's error — the run stops as it was last saved."""
+        if isinstance(err, LeaseLost):
+            return err.checkpoint_id == self.checkpoint_id
+        return isinstance(err, StoreUnavailable)
 
     # --- the two loops ----------------------------------------------------------------------------
 
@@ -428,7 +435,7 @@ class Run:
                 await emitter.emit(Event("interrupt", path, signal.info, self.pos.step))
             return _Done(node, None, (), interrupt=signal)
         except Exception as err:
-            wrapped = err if raised_for(path, err) else NodeError(path, err)
+            wrapped = err if raised_for(path, err) or self._stops_run(err) else NodeError(path, err)
             if emitter.active:
                 await emitter.emit(Event("error", path, wrapped, self.pos.step))
             if wrapped is err:
@@ -510,7 +517,7 @@ class Run:
             node.subgraph, path=path, address=f"{self.address};node:{node.key}", emitter=self.emitter,
             streaming=self.streaming, parent_state=self.pos.state,
         )
-        child.ledger, child.checkpoint_id = self.ledger, self.checkpoint_id
+        child.ledger, child.checkpoint_id, child.before_step = self.ledger, self.checkpoint_id, self.before_step
         child.step_key, child.token, child.version = self.step_key, self.token, self.version
         saved = self.pos.interrupts.get(node.key)
         if saved is not None and saved.child is not None:

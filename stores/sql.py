@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from waypoint.engine.errors import WaypointError
+
 from . import _sql
-from ._common import Expiry
+from ._common import Expiry, passing, unavailable
 
 __all__ = ["SQLStore"]
 
@@ -92,7 +95,9 @@ class SQLStore(_sql.SQLStoreMethods):
         self.busy_timeout = busy_timeout
         self._text = _text_cache(text)
         self._options = engine_options
-        self.dialect = make_url(url).get_backend_name()
+        parsed = make_url(url)
+        self.dialect = parsed.get_backend_name()
+        self._label = f"SQLStore({parsed.render_as_string(hide_password=True)!r})"
         if self.dialect not in _sql._BINARY:
             raise ValueError(f"SQLStore supports sqlite and postgresql URLs, not {self.dialect!r} ({url})")
         self._lock = threading.Lock()
@@ -149,6 +154,17 @@ class SQLStore(_sql.SQLStoreMethods):
                 del self._engines[loop]
 
     async def _call(self, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
+        """`fn(db, *args)` in one transaction; a database error that may pass is `StoreUnavailable`."""
+        try:
+            return await self._transaction(fn, args)
+        except WaypointError:
+            raise
+        except Exception as err:
+            if passing(err):
+                raise unavailable(self._label, err) from err
+            raise
+
+    async def _transaction(self, fn: Callable[..., T], args: tuple) -> T:
         text, dialect = self._text, self.dialect
         engine = await self._engine()
         if not self._migrated:  # its own transaction: an operation that fails must not roll the schema back
@@ -157,6 +173,13 @@ class SQLStore(_sql.SQLStoreMethods):
             self._migrated = True
         async with engine.begin() as conn:
             return await conn.run_sync(lambda sync: fn(_Conn(sync, text, dialect), *args))
+
+    async def clock(self) -> float:
+        """The store's clock: the database server's on Postgres (machines' clocks may disagree; the
+        server's is the one every process reads), the host's on SQLite."""
+        if self.dialect == "postgresql":
+            return await self._call(_sql.clock)
+        return time.time()
 
     async def _listen(self, channel: str, callback: Callable[[], None]) -> Callable[[], Any] | None:
         """Postgres: call `callback` (on this loop) on every NOTIFY to `channel`; returns an async closer.

@@ -1,0 +1,73 @@
+"""A run's lease in one process (engine/lease.py, `check_lease()`): a process that may no longer hold it starts
+nothing more — no step, no tool call — and writes nothing. The same with real processes frozen by SIGSTOP
+is in tests/test_scale_out.py; leases on the store's clock are in tests/test_store_contract.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from waypoint.engine import (
+    END,
+    START,
+    CheckpointConflict,
+    Graph,
+    LeaseLost,
+    NodeError,
+    StoreUnavailable,
+    check_lease,
+)
+from waypoint.stores import MemoryStore
+
+
+class Unreachable(MemoryStore):
+    """A store whose renewals never arrive (a network partition between this process and its database)."""
+
+    async def renew_lease(self, *args, **kwargs) -> bool:
+        raise StoreUnavailable("the database cannot be reached")
+
+
+def two_nodes(store, done: list, *, wait: float = 0.0, lease: float = 30.0):
+    async def first(x):
+        await asyncio.sleep(wait)
+        check_lease()
+        done.append("first")
+        return x
+
+    def second(x):
+        done.append("second")
+        return x
+
+    g = Graph(name="lease")
+    g.add_node("first", first)
+    g.add_node("second", second)
+    g.add_edge(START, "first")
+    g.add_edge("first", "second")
+    g.add_edge("second", END)
+    return g.compile(store=store, lease_seconds=lease) if store is not None else g.compile()
+
+
+async def test_check_lease_is_quiet_while_the_lease_holds_and_without_a_store():
+    done: list = []
+    assert await two_nodes(None, done).ainvoke(1) == 1
+    assert await two_nodes(MemoryStore(), done).ainvoke(2, checkpoint_id="r") == 2
+    assert done == ["first", "second"] * 2
+    with pytest.raises(RuntimeError, match="inside a running node"):
+        check_lease()
+
+
+async def test_a_lease_that_ran_out_unrenewed_stops_the_run_inside_its_node_and_nothing_is_written():
+    """Renewals fail (the store is unreachable) and the lease runs out while a node works: the node's
+    `check_lease()` stops it, the run loop lets `LeaseLost` through (not a node failure), the run is not
+    stored as failed and no later step runs. Judged by the clock: the failed renewals set no flag."""
+    store, done = Unreachable(), []
+    app = two_nodes(store, done, wait=0.4, lease=0.2)
+    with pytest.raises(LeaseLost, match="lease ran out") as caught:
+        await app.ainvoke(1, checkpoint_id="r")
+    assert isinstance(caught.value, CheckpointConflict) and not isinstance(caught.value, NodeError)
+    assert caught.value.checkpoint_id == "r" and "starts nothing more" in str(caught.value)
+    assert done == []
+    (newest,) = await store.history("r", limit=1)
+    assert newest.status == "running" and newest.version == 1  # the claim; nothing written after it
+

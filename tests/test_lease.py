@@ -5,19 +5,26 @@ is in tests/test_scale_out.py; leases on the store's clock are in tests/test_sto
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
 from waypoint.engine import (
     END,
     START,
+    ChatModelAgent,
     CheckpointConflict,
     Graph,
     LeaseLost,
+    Message,
     NodeError,
     StoreUnavailable,
+    ToolCall,
     check_lease,
+    tool,
 )
+from waypoint.engine.models import ScriptedChatModel
+from waypoint.engine.task import task_ledger
 from waypoint.stores import MemoryStore
 
 
@@ -71,3 +78,49 @@ async def test_a_lease_that_ran_out_unrenewed_stops_the_run_inside_its_node_and_
     (newest,) = await store.history("r", limit=1)
     assert newest.status == "running" and newest.version == 1  # the claim; nothing written after it
 
+
+def ask(*names: str) -> Message:
+    return Message.assistant("", [ToolCall(id=f"call-{n}", name="effect", arguments=json.dumps({"n": n}))
+                                  for n in names])
+
+
+async def test_a_tool_call_another_process_started_is_not_started_here():
+    """Another process recorded `start:` for call 2 of this step (it runs the step now): this one does not run
+    call 2 — recording its start returns False — and stops with `LeaseLost`."""
+    ran = []
+
+    @tool
+    async def effect(n: str) -> str:
+        """A side effect."""
+        ran.append(n)
+        if n == "1":  # meanwhile, "another process" takes the step over and starts call 2
+            await task_ledger().record("start:call-2", True)
+        return f"did {n}"
+
+    store = MemoryStore()
+    agent = ChatModelAgent(name="two", model=ScriptedChatModel([ask("1", "2"), "done"]), tools=[effect],
+                           sequential_tools=True)
+    with pytest.raises(LeaseLost, match="started by another process"):
+        await agent.compile(store=store).ainvoke("go", checkpoint_id="t")
+    assert ran == ["1"]
+    assert (await store.history("t", limit=1))[0].status == "running"
+
+
+async def test_a_process_whose_lease_ran_out_during_a_tool_call_starts_no_further_call():
+    """Sequential calls; the lease runs out (renewals fail) while call 1 runs: call 2 never starts."""
+    ran = []
+
+    @tool
+    async def effect(n: str) -> str:
+        """A side effect."""
+        ran.append(n)
+        await asyncio.sleep(0.4 if n == "1" else 0)
+        return f"did {n}"
+
+    store = Unreachable()
+    agent = ChatModelAgent(name="two", model=ScriptedChatModel([ask("1", "2"), "done"]), tools=[effect],
+                           sequential_tools=True)
+    with pytest.raises(LeaseLost, match="lease ran out"):
+        await agent.compile(store=store, lease_seconds=0.2).ainvoke("go", checkpoint_id="t")
+    assert ran == ["1"]
+    assert (await store.history("t", limit=1))[0].status == "running"

@@ -24,7 +24,8 @@ from typing import Any, Literal
 from ..interrupts import CompositeInterrupt, Interrupt, StatefulInterrupt
 from ..models.schema import Message, ToolCall, ToolInfo
 from ..resume import address_segment, get_interrupt_state, get_resume_context
-from ..task import TaskLedger, current_checkpoint_id, emit_chunk, idempotency_key, task_ledger
+from ..errors import LeaseLost
+from ..task import TaskLedger, check_lease, current_checkpoint_id, emit_chunk, idempotency_key, task_ledger
 from .tool import RetryAgentRun, StopAgentRun, Tool, ToolArgumentError, ToolContext, _text, as_tool
 from .verbs import Decision, Respond, Restart
 
@@ -193,8 +194,10 @@ class ToolsNode:
 
     async def _execute(self, call: ToolCall, ctx: ToolContext, step: _Step) -> list[Any]:
         ledger = step.ledger
-        if ledger is not None and not ctx.rerun:
-            await ledger.record(f"start:{call.id}", True)
+        check_lease()  # a process that lost the run starts no call
+        if ledger is not None and not ctx.rerun and not await ledger.record(f"start:{call.id}", True):
+            raise LeaseLost(f"run '{ctx.checkpoint_id}': tool call {call.id!r} was started by another process, which "
+                            "runs this step now; this process starts nothing more", checkpoint_id=ctx.checkpoint_id)
         await emit_chunk(ToolEvent(kind="start", call_id=call.id, name=call.name, data=call.arguments,
                                    rerun=ctx.rerun, idempotency_key=ctx.idempotency_key))
         stopped = False

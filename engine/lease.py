@@ -93,6 +93,18 @@ class LeaseKeeper:
     def start(self) -> None:
         _renewer().add(self)
 
+    async def let_go(self) -> None:
+        """This process stops running the run while it is still `running` (its store failed): end the lease
+        now, if the store lets us, so that another process may take the run over at once, not when the
+        lease runs out. Best effort: if the store is still unavailable, the lease runs out by itself."""
+        version = self._version()
+        if version is None or self.lost is not None:
+            return
+        try:
+            await self.store.renew_lease(self.checkpoint_id, version, self.owner, 0.0)
+        except Exception:  # noqa: BLE001, S110 - the lease then expires when its time is up
+            pass
+
     def stop(self) -> None:
         _renewer().remove(self)
 

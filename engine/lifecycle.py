@@ -17,7 +17,8 @@ The rules (docs/resume.md):
    it starts nothing more (`LeaseLost` before its next step or tool call) and writes nothing.
    A run deleted or expired while it runs stays deleted: its next write is `CheckpointNotFound`.
 9. A store that cannot be reached while the run saves (`StoreUnavailable`) leaves the run as it was last
-   saved — `running`, its lease left to expire — never stored as failed: it is resumed or taken over.
+   saved — `running`, never stored as failed — and ends its lease if the store lets it (else the lease
+   runs out): another process resumes it or takes it over.
 """
 
 from __future__ import annotations
@@ -339,6 +340,9 @@ class _Session:
         except (CheckpointConflict, CheckpointNotFound):  # the run is not ours any more: write nothing
             raise
         except StoreUnavailable:  # the store, not the run, failed: leave the run as last saved (rule 9)
+            if self.lease is not None:
+                self.lease.stop()
+                await self.lease.let_go()
             raise
         except Exception as err:
             if self.durability != "interrupt" or self.last_status == "running":

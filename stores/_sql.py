@@ -56,7 +56,7 @@ from ._common import (
     needed_blobs,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 T = TypeVar("T")
 
 _BINARY = {"sqlite": "BLOB", "postgresql": "BYTEA"}
@@ -114,6 +114,18 @@ MIGRATIONS: dict[int, list[str]] = {
             error TEXT,
             result {binary})""",
         "CREATE INDEX waypoint_queue_ready ON waypoint_queue (state, submitted_at)",
+    ],
+    # Claims that let go (stores/_queue_sql.py): a token per claim, hand-backs that are not failures, a
+    # backoff, the version an outcome left the run at; and the workers serving each graph.
+    4: [
+        "ALTER TABLE waypoint_queue ADD COLUMN claim TEXT",
+        "ALTER TABLE waypoint_queue ADD COLUMN handbacks INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE waypoint_queue ADD COLUMN not_before {real}",
+        "ALTER TABLE waypoint_queue ADD COLUMN version INTEGER",
+        """CREATE TABLE waypoint_workers (
+            name TEXT NOT NULL PRIMARY KEY,
+            graphs TEXT NOT NULL,
+            until {real} NOT NULL)""",
     ],
 }
 

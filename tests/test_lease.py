@@ -124,3 +124,36 @@ async def test_a_process_whose_lease_ran_out_during_a_tool_call_starts_no_furthe
         await agent.compile(store=store, lease_seconds=0.2).ainvoke("go", checkpoint_id="t")
     assert ran == ["1"]
     assert (await store.history("t", limit=1))[0].status == "running"
+
+
+async def test_a_process_whose_clock_runs_ahead_does_not_take_over_a_live_run(pg_url, monkeypatch):
+    """Postgres judges leases on the server's clock: a resumer whose own wall clock is 60 s ahead sees the run's
+    lease as live (it is), and may take the run only with takeover=True."""
+    import time
+
+    from waypoint.stores import SQLStore
+
+    store = SQLStore(pg_url)
+    gate, done = asyncio.Event(), []
+
+    async def wait_at_gate(x):
+        await gate.wait()
+        done.append(x)
+        return x
+
+    g = Graph(name="gated")
+    g.add_node("work", wait_at_gate)
+    g.add_edge(START, "work")
+    g.add_edge("work", END)
+    app = g.compile(store=store, lease_seconds=5.0)
+    owner = asyncio.create_task(app.ainvoke("mine", checkpoint_id="live"))
+    while not await store.history("live", limit=1):
+        await asyncio.sleep(0.01)
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 60)
+    with pytest.raises(CheckpointConflict, match="running in another process .* for another [0-9.]+ s"):
+        await asyncio.wait_for(app.ainvoke(None, checkpoint_id="live"), 10)  # taken over: it would wait at the gate
+    monkeypatch.setattr(time, "time", real)
+    gate.set()
+    assert await owner == "mine" and done == ["mine"]
+    await store.close()

@@ -196,3 +196,38 @@ def test_the_worker_command_refuses_a_pool_of_one_in_one_line(pg_url, tmp_path):
                          timeout=20, env={**os.environ, "PYTHONPATH": str(PROCS)})
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert "--pool 2" in out.stderr and "LISTEN" in out.stderr
+
+
+# --- 4. a database error is not an outcome -----------------------------------------------------------------
+
+def test_a_fleet_with_fewer_connections_than_it_wants_completes_every_run(pg, pg_url, tmp_path, fleet):
+    """Four workers whose role may hold 8 connections, where they would open up to 24 ("too many connections"
+    while runs are in flight): every run pauses, is resumed and completes; no run is stored as failed; no work
+    task dies unhandled; every worker drains and exits 0."""
+    from pg import database_of
+
+    import test_scale_out as scale
+
+    db = database_of(pg_url)
+    pg.sql("CREATE ROLE fleet LOGIN CONNECTION LIMIT 8")
+    pg.sql(f"ALTER DATABASE {db} OWNER TO fleet")
+    limited = pg_url.replace("postgres@", "fleet@")
+    queue_call(limited, lambda queue: queue.status("none"))  # the schema, owned by the workers' role
+    env = {**os.environ, "PYTHONPATH": str(PROCS), "FLEET_JOURNAL": str(tmp_path / "journal"), "FLEET_LEASE": "3"}
+    cmd = [sys.executable, "-m", "waypoint.cmd.main", "worker", "--db", limited, "--graphs", "fleet:build",
+           "--concurrency", "16", "--poll", "0.2", "--pool", "3", "--drain", "10"]
+    workers = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(4)]
+    fleet.extend(workers)
+    ids = [f"run-{i:03d}" for i in range(80)]
+    paused = asyncio.run(scale.submit_all(pg_url, ids))
+    assert all(len(p) == 1 and "unexpected" not in p for p in paused), [p for p in paused if len(p) != 1][:3]
+    asyncio.run(scale.resume_all(pg_url, dict(zip(ids, paused))))
+    done = asyncio.run(scale.wait_all(pg_url, ids))
+    assert [d.outcome for d in done] == ["completed"] * len(ids), [(d.checkpoint_id, d.error) for d in done
+                                                                   if d.outcome != "completed"][:3]
+    assert pg.sql("SELECT COUNT(*) FROM waypoint_checkpoints WHERE status = 'failed'", db=db) == [(0,)]
+    errs = [stop(w) for w in workers]
+    assert not any("never retrieved" in err or "Traceback" in err for err in errs), [e[-2000:] for e in errs
+                                                                                      if "Traceback" in e][:1]
+    assert any("too many connections" in err for err in errs)  # the limit did bite

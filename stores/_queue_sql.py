@@ -61,12 +61,9 @@ class QueueTimeout(QueueError):
     """`RunQueue.wait` gave up before the run's work was done."""
 
 
-def _newest(db: Any, checkpoint_id: str) -> tuple[int | None, str | None, bool]:
-    """(version, status, lease live on the store's clock) of the run's newest version."""
-    params: dict[str, Any] = {"c": checkpoint_id}
-    found = db.rows(f"SELECT version, status, CASE WHEN lease_expires > {now_sql(db, params)} THEN 1 ELSE 0 END "
-                    "FROM waypoint_checkpoints WHERE checkpoint_id = :c ORDER BY version DESC LIMIT 1", params)
-    return (found[0][0], found[0][1], bool(found[0][2])) if found else (None, None, False)
+_NEWEST = ("SELECT {what} FROM waypoint_checkpoints c WHERE c.checkpoint_id = {run} "
+           "ORDER BY c.version DESC LIMIT 1")
+_SERVING = "SELECT COUNT(*) FROM waypoint_workers w WHERE w.graph = {graph} AND w.until > {now}"
 
 
 def _refusal(checkpoint_id: str, kind: str, status: str | None, live: bool) -> str | None:
@@ -92,20 +89,24 @@ def enqueue(db: Any, checkpoint_id: str, graph: str | None, kind: str, payload: 
     """Queue work for a run: refused while the run (or earlier work for it) does not allow it, or when
     `expected_version` is given and the run is no longer at that version. Returns how many live workers
     serve the run's graph."""
-    version, status, live = _newest(db, checkpoint_id)
-    problem = _refusal(checkpoint_id, kind, status, live)
+    params: dict[str, Any] = {"c": checkpoint_id, "g": graph}
+    clock = now_sql(db, params)
+    named = "COALESCE(:g, (SELECT q.graph FROM waypoint_queue q WHERE q.checkpoint_id = :c))"
+    live = f"CASE WHEN c.lease_expires > {clock} THEN 1 ELSE 0 END"
+    (version, status, is_live, known, serving), = db.rows(
+        f"SELECT ({_NEWEST.format(what='c.version', run=':c')}), ({_NEWEST.format(what='c.status', run=':c')}), "
+        f"({_NEWEST.format(what=live, run=':c')}), {named}, ({_SERVING.format(graph=named, now=clock)})", params)
+    problem = _refusal(checkpoint_id, kind, status, bool(is_live))
     if problem is not None:
         raise QueueError(problem)
     if expected_version is not None and version != expected_version:
         now_at = f"it is at version {version} ({status})" if version is not None else "it does not exist"
         raise QueueError(f"run '{checkpoint_id}' moved on: {now_at}, and this {kind} was made for version "
                          f"{expected_version}; read its status again and answer what it holds now")
-    if graph is None:
-        known = db.rows("SELECT graph FROM waypoint_queue WHERE checkpoint_id = :c", {"c": checkpoint_id})
-        if not known:
-            raise QueueError(f"run '{checkpoint_id}' was not submitted through the queue, so it is not known which "
-                             "graph runs it; pass graph=<the compiled graph or its name> to resume()")
-        graph = known[0][0]
+    if known is None:
+        raise QueueError(f"run '{checkpoint_id}' was not submitted through the queue, so it is not known which "
+                         "graph runs it; pass graph=<the compiled graph or its name> to resume()")
+    graph = known
     written = db.run(
         "INSERT INTO waypoint_queue (checkpoint_id, graph, kind, payload, base_version, state, attempts, "
         "submitted_at) VALUES (:c, :g, :k, :p, :b, 'queued', 0, :t) ON CONFLICT (checkpoint_id) DO UPDATE SET "
@@ -120,7 +121,7 @@ def enqueue(db: Any, checkpoint_id: str, graph: str | None, kind: str, payload: 
                          "for it before queueing more")
     if db.dialect == "postgresql":  # delivered when this transaction commits
         db.rows(f"SELECT pg_notify('{CHANNEL}', :c)", {"c": checkpoint_id})
-    return workers_serving(db, graph)
+    return int(serving)
 
 
 def claim(db: Any, worker: str, token: str, graphs: Sequence[str], limit: int, hold: float) -> list[tuple]:
@@ -185,31 +186,30 @@ def release(db: Any, checkpoint_id: str, token: str, delay: float, counts: bool 
 
 
 def status(db: Any, checkpoint_id: str) -> tuple | None:
-    """The row (COLUMNS), the run's newest status and the live workers serving its graph; None without a row."""
-    found = db.rows(f"SELECT {COLUMNS} FROM waypoint_queue WHERE checkpoint_id = :c", {"c": checkpoint_id})
-    if not found:
-        return None
-    return (*found[0], _newest(db, checkpoint_id)[1], workers_serving(db, found[0][1]))
+    """The row (COLUMNS), the run's newest status and the live workers serving its graph, in one statement;
+    None without a row."""
+    params: dict[str, Any] = {"c": checkpoint_id}
+    found = db.rows(
+        f"SELECT {', '.join('q.' + c.strip() for c in COLUMNS.split(','))}, "
+        f"({_NEWEST.format(what='c.status', run='q.checkpoint_id')}), "
+        f"({_SERVING.format(graph='q.graph', now=now_sql(db, params))}) "
+        "FROM waypoint_queue q WHERE q.checkpoint_id = :c", params)
+    return tuple(found[0]) if found else None
 
 
 # --- the workers serving each graph ------------------------------------------------------------------------
 
 def present(db: Any, worker: str, graphs: Sequence[str], hold: float) -> None:
     """`worker` serves `graphs` for the next `hold` seconds (written at start and with each renewal)."""
-    params: dict[str, Any] = {"w": worker, "g": "\n".join(graphs), "hold": float(hold)}
-    db.run("INSERT INTO waypoint_workers (name, graphs, until) VALUES "
-           f"(:w, :g, {now_sql(db, params)} + :hold) ON CONFLICT (name) DO UPDATE SET graphs = excluded.graphs, "
-           "until = excluded.until", params)
+    rows = [{"w": worker, "g": g, "hold": float(hold)} for g in graphs]
+    now = now_sql(db, rows[0])
+    for row in rows[1:]:
+        row.update({k: v for k, v in rows[0].items() if k == "now"})
+    db.many(f"INSERT INTO waypoint_workers (name, graph, until) VALUES (:w, :g, {now} + :hold) "
+            "ON CONFLICT (graph, name) DO UPDATE SET until = excluded.until", rows)
 
 
 def absent(db: Any, worker: str) -> None:
-    """`worker` stopped."""
+    """`worker` stopped (and workers gone for an hour are forgotten)."""
     params: dict[str, Any] = {"w": worker}
     db.run(f"DELETE FROM waypoint_workers WHERE name = :w OR until < {now_sql(db, params)} - 3600", params)
-
-
-def workers_serving(db: Any, graph: str) -> int:
-    """How many workers that are alive (present within their hold) serve `graph`."""
-    params: dict[str, Any] = {}
-    rows = db.rows(f"SELECT graphs FROM waypoint_workers WHERE until > {now_sql(db, params)}", params)
-    return sum(1 for (graphs,) in rows if graph in graphs.split("\n"))

@@ -123,9 +123,10 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE waypoint_queue ADD COLUMN not_before {real}",
         "ALTER TABLE waypoint_queue ADD COLUMN version INTEGER",
         """CREATE TABLE waypoint_workers (
-            name TEXT NOT NULL PRIMARY KEY,
-            graphs TEXT NOT NULL,
-            until {real} NOT NULL)""",
+            name TEXT NOT NULL,
+            graph TEXT NOT NULL,
+            until {real} NOT NULL,
+            PRIMARY KEY (graph, name))""",
     ],
 }
 

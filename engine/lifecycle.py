@@ -339,11 +339,15 @@ class _Session:
             raise
         except (CheckpointConflict, CheckpointNotFound):  # the run is not ours any more: write nothing
             raise
-        except StoreUnavailable:  # the store, not the run, failed: leave the run as last saved (rule 9)
+        except StoreUnavailable as err:  # the store, not the run, failed: leave the run as last saved (rule 9)
             if self.lease is not None:
                 self.lease.stop()
                 await self.lease.let_go()
-            raise
+            raise StoreUnavailable(
+                f"run '{self.target}' stopped: its store failed ({err}). The run is left as it was last saved "
+                f"(version {self.cp.version}, not marked failed); resume it with ainvoke(None, "
+                f"checkpoint_id={self.target!r}) once the store is back, or let a worker take it over"
+            ) from err
         except Exception as err:
             if self.durability != "interrupt" or self.last_status == "running":
                 await self._save_stopped("failed", f"{type(err).__name__}: {err}")

@@ -157,3 +157,28 @@ async def test_a_process_whose_clock_runs_ahead_does_not_take_over_a_live_run(pg
     gate.set()
     assert await owner == "mine" and done == ["mine"]
     await store.close()
+
+
+class RefusesStep(MemoryStore):
+    """A store whose database refuses the run's second version once (a restart, "too many clients")."""
+
+    refused = False
+
+    async def put(self, meta, *args, **kwargs):
+        if meta.version == 2 and not self.refused:
+            self.refused = True
+            raise StoreUnavailable("the database is restarting")
+        return await super().put(meta, *args, **kwargs)
+
+
+async def test_a_store_that_fails_while_the_run_saves_leaves_it_resumable_at_once_never_failed():
+    """The step's commit meets `StoreUnavailable`: the run is not stored as failed, its lease is ended (another
+    process may continue it at once, no takeover needed), and the error names the run and what to do."""
+    store, done = RefusesStep(), []
+    app = two_nodes(store, done)
+    with pytest.raises(StoreUnavailable, match="run 'r' stopped: its store failed .* resume it with ainvoke"):
+        await app.ainvoke(1, checkpoint_id="r")
+    (newest,) = await store.history("r", limit=1)
+    assert newest.status == "running" and newest.lease_expires <= await store.clock()
+    assert await app.ainvoke(None, checkpoint_id="r") == 1  # at once: the lease is over
+    assert done == ["first", "first", "second"]

@@ -21,10 +21,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..errors import LeaseLost
 from ..interrupts import CompositeInterrupt, Interrupt, StatefulInterrupt
 from ..models.schema import Message, ToolCall, ToolInfo
 from ..resume import address_segment, get_interrupt_state, get_resume_context
-from ..errors import LeaseLost
 from ..task import TaskLedger, check_lease, current_checkpoint_id, emit_chunk, idempotency_key, task_ledger
 from .tool import RetryAgentRun, StopAgentRun, Tool, ToolArgumentError, ToolContext, _text, as_tool
 from .verbs import Decision, Respond, Restart

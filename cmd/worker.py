@@ -7,7 +7,9 @@
 worker's store), a function taking the store and returning a compiled graph, or a graph compiled on an
 equal store. `--db` is a SQLAlchemy URL, or a path to a SQLite file. SIGTERM (or Ctrl-C) stops taking
 work and lets the runs in flight finish for `--drain` seconds; those still running are then saved at
-their last finished step and handed back to the queue. A second signal cancels them at once.
+their last finished step and handed back to the queue. A second signal cancels them at once. A database
+that is down when the worker starts (or later) is tried again, as claims are; `--pool` must be at least 2
+on Postgres (the LISTEN connection holds one for good).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ async def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
     print(f"waypoint worker {worker.name}: graphs {', '.join(sorted(worker.graphs))}; concurrency "
-          f"{worker.concurrency}; {store!r}", file=sys.stderr, flush=True)
+          f"{worker.concurrency}; {getattr(store, '_label', repr(store))}", file=sys.stderr, flush=True)
     try:
         await worker.run()
     finally:
@@ -77,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--poll", type=float, default=1.0, help="seconds between looks at the queue when idle")
     p.add_argument("--drain", type=float, default=30.0, help="seconds to let runs finish after SIGTERM")
     p.add_argument("--pool", type=int, default=10, help="Postgres connections per event loop (default 10)")
-    p.add_argument("--max-attempts", type=int, default=10, help="claims of one request before it is given up")
+    p.add_argument("--max-attempts", type=int, default=10,
+                   help="claims of one request that ended without an outcome (its worker died) before it is given up")
     return asyncio.run(serve(p.parse_args(argv)))
 
 

@@ -15,11 +15,13 @@ from .errors import (
     GraphInterrupted,
     GraphMismatch,
     GraphRunError,
+    LeaseLost,
     MaxIterationsExceeded,
     MaxStepsExceeded,
     ModelError,
     NodeError,
     SerializationError,
+    StoreUnavailable,
     UnknownInterrupt,
     WaypointError,
 )
@@ -53,7 +55,7 @@ _LAZY = {
     **dict.fromkeys(("ChatModelAgent", "Runner", "AgentEvent", "AgentOutput", "AgentAction", "AgentMiddleware",
                      "AgentContext", "RetryNotice", "AgentTool", "SequentialAgent", "ParallelAgent", "LoopAgent",
                      "Session"), "agents"),
-    **dict.fromkeys(("emit_chunk", "task_ledger", "idempotency_key", "enclosing_state"), "task"),
+    **dict.fromkeys(("emit_chunk", "task_ledger", "idempotency_key", "enclosing_state", "check_lease"), "task"),
     "run_nested": "nested",
 }
 
@@ -99,6 +101,7 @@ __all__ = [
     "idempotency_key",
     "enclosing_state",
     "run_nested",
+    "check_lease",
     "register_type",
     "Serializer",
     "TypeRegistry",
@@ -150,10 +153,12 @@ __all__ = [
     "GraphMismatch",
     "CheckpointError",
     "CheckpointConflict",
+    "LeaseLost",
     "CheckpointExists",
     "CheckpointNotFound",
     "CheckpointCorrupted",
     "UnknownInterrupt",
+    "StoreUnavailable",
     "SerializationError",
     "ModelError",
 ]

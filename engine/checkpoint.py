@@ -46,6 +46,7 @@ from .checkpoint_content import (
 )
 from .errors import CheckpointCorrupted, WaypointError, describe
 from .events import clean_trace
+from .lease import lease_clock
 from .position import RunPosition
 from .reducers import StateJournal
 from .store import (
@@ -149,6 +150,8 @@ class Checkpointer:
     """Written into the next version's meta (then cleared): the `id@version` a fork or time travel left."""
     trace: dict[str, str] = field(default_factory=dict)
     """The running run's trace carrier, written into every header (nothing when empty)."""
+    sent: float = 0.0
+    """The lease clock (engine/lease.py) when the last write was sent: a lease it took lasts from then."""
 
     def __post_init__(self) -> None:
         self.fingerprint = fingerprint(self.graph_structure)
@@ -224,6 +227,7 @@ class Checkpointer:
         if self.trace:
             record["trace"] = self.trace
         header = self.serializer.dumps(record, root=f"checkpoint '{self.checkpoint_id}'")
+        self.sent = lease_clock()  # the store stamps the lease no earlier (on its clock): see engine/lease.py
         await self.store.put(meta, header, content["parts"], blobs, expected_version=self.version)
         self.origin = None
         self.version = meta.version

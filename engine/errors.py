@@ -10,10 +10,12 @@
     ├── GraphInterrupted           the run paused; .checkpoint_id and .info say where and why
     ├── CheckpointError            something about stored checkpoints
     │   ├── CheckpointConflict     someone else wrote this run first (stale version / live lease)
+    │   │   └── LeaseLost          this process lost the run's lease: it starts nothing more
     │   ├── CheckpointExists       new input given to a run that is paused
     │   ├── CheckpointNotFound     no such checkpoint
     │   ├── CheckpointCorrupted    stored bytes fail their checksum or do not decode
-    │   └── UnknownInterrupt       resume named an interrupt that is not pending
+    │   ├── UnknownInterrupt       resume named an interrupt that is not pending
+    │   └── StoreUnavailable       the store could not be reached or refused for a passing reason
     ├── SerializationError         a value cannot be written by the codec
     └── ModelError                 a chat model call failed; .status, .retryable
 
@@ -38,10 +40,12 @@ __all__ = [
     "GraphInterrupted",
     "CheckpointError",
     "CheckpointConflict",
+    "LeaseLost",
     "CheckpointExists",
     "CheckpointNotFound",
     "CheckpointCorrupted",
     "UnknownInterrupt",
+    "StoreUnavailable",
     "SerializationError",
     "ModelError",
 ]
@@ -112,6 +116,18 @@ class CheckpointConflict(CheckpointError):
     """Another writer got there first: a stale version, or a run held under a live lease."""
 
 
+class LeaseLost(CheckpointConflict):
+    """This process may no longer run the run `.checkpoint_id`: its lease ran out unrenewed (the process was
+    paused or starved, or the store was unreachable), or another process took the run over. The process
+    starts nothing more for that run — no step, no tool call — and writes nothing; the run continues
+    wherever it is taken over. Raised by the run loop before a step and by `check_lease()` inside a task;
+    it passes through the run unwrapped (never a `NodeError`, never stored as the run's failure)."""
+
+    def __init__(self, message: str, *, checkpoint_id: str | None = None) -> None:
+        super().__init__(message)
+        self.checkpoint_id = checkpoint_id
+
+
 class CheckpointExists(CheckpointError):
     """New input was given for a run that is paused; resume it with input=None or pass force_new_run=True."""
 
@@ -126,6 +142,14 @@ class CheckpointCorrupted(CheckpointError):
 
 class UnknownInterrupt(CheckpointError):
     """`resume=` named an interrupt ID that is not pending; the message lists the pending ones."""
+
+
+class StoreUnavailable(CheckpointError):
+    """The store could not do an operation for a reason that may pass: its database is unreachable or
+    restarting, it has no connection to spare ("too many clients"), a lock or a transaction was not
+    granted in time. Nothing was written by that operation. Try again later; a run that met it while
+    saving is left at its last saved step (never stored as failed) and may be resumed or taken over.
+    The driver's error is `__cause__`."""
 
 
 class SerializationError(WaypointError):

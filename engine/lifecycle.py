@@ -15,11 +15,15 @@ The rules (docs/resume.md):
    `"exit"` on a pause, a failure and completion. A cancelled run is saved as `interrupted`.
 7. A failed or cancelled run is stored at its last finished step, state included (never with the
    changes of the step that failed), so a resume re-runs that step once.
-8. The lease is renewed from a thread (engine/lease.py); a run that lost it stops before its next step.
+8. The lease is renewed from a thread (engine/lease.py) and judged on the store's clock; a run that lost
+   it starts nothing more (`LeaseLost` before its next step or tool call) and writes nothing.
    A run deleted or expired while it runs stays deleted: its next write is `CheckpointNotFound`.
 9. Handlers' `on_run_start` runs once the run is read and checked, before its claim; `on_run_end` once
    the call ends, however it ends (engine/events.py). What `on_run_start` puts in `RunInfo.trace` is
    written with every version of this run, and the run that continues from one of them reads it.
+10. A store that cannot be reached while the run saves (`StoreUnavailable`) leaves the run as it was last
+    saved — `running`, never stored as failed — and ends its lease if the store lets it (else the lease
+    runs out): another process resumes it or takes it over.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from .errors import (
     CheckpointNotFound,
     GraphInterrupted,
     GraphMismatch,
+    StoreUnavailable,
     UnknownInterrupt,
     WaypointError,
 )
@@ -57,6 +62,7 @@ from .resume import (
 )
 from .runner import Run, RunInterrupted
 from .shape import GraphShape
+from .store import store_clock
 
 __all__ = ["RunOptions", "run_graph"]
 
@@ -215,7 +221,7 @@ class _Session:
         head = await self._target_head(loaded)
         self._check_expected(head)
         if head is not None:
-            self._check_lease(head)
+            await self._check_lease(head)
         if loaded is None or (loaded.meta.status == "completed" and opts.version is None and not request):
             self._check_new_run(loaded, input, request)
             self._start_new(run, input, fresh=loaded is not None)
@@ -311,10 +317,23 @@ class _Session:
         raise CheckpointConflict(f"run '{self.target}' moved on: {now}, and this call was made for version "
                                  f"{expected}; read the run again and decide on what it holds now")
 
-    def _check_lease(self, head: Any) -> None:
-        if head.status != "running" or head.lease_expires is None or head.lease_expires <= time.time():
+    async def _check_lease(self, head: Any) -> None:
+        """A running run is taken only once its lease expired on the store's clock, or with takeover=True —
+        and never from an owner this process can see is alive (itself, or a live PID on this host).
+
+        The store's clock is read first, then the lease again: a renewal that lands after the clock was read
+        shows in the lease read after it, and one that comes later still is refused by the store (the lease
+        had expired by then), so a live owner is never judged dead."""
+        if head.status != "running" or head.lease_expires is None:
+            return
+        store = self.graph.store
+        now = await store_clock(store)
+        fresh = await store.history(head.checkpoint_id, limit=1)
+        head = fresh[0] if fresh else head
+        if head.status != "running" or head.lease_expires is None or head.lease_expires <= now:
             return  # not running, or its lease ran out: anyone may continue it
-        held = f"run '{head.checkpoint_id}' is running (lease held by {head.lease_owner} until {_clock(head.lease_expires)})"
+        held = (f"run '{head.checkpoint_id}' is running (lease held by {head.lease_owner} for another "
+                f"{head.lease_expires - now:.1f} s, until {_clock(head.lease_expires)} by the store's clock)")
         state, known = owner_state(head.lease_owner), describe_owner(head.lease_owner)
         if state in (OwnerState.EXECUTING_HERE, OwnerState.ALIVE):
             refused = "takeover is refused while its owner lives; " if self.opts.takeover else ""
@@ -402,7 +421,7 @@ class _Session:
             run.progress = _Progress(self, run)
         if self.last_status == "running":
             self.lease = LeaseKeeper(self.cp.store, self.target, self.cp.owner, self.cp.lease_seconds,
-                                     lambda: self.cp.version)
+                                     lambda: self.cp.version, held_from=self.cp.sent)
             self.lease.start()
             run.before_step = self.lease.check
         try:
@@ -420,6 +439,15 @@ class _Session:
             raise
         except (CheckpointConflict, CheckpointNotFound):  # the run is not ours any more: write nothing
             raise
+        except StoreUnavailable as err:  # the store, not the run, failed: leave the run as last saved (rule 9)
+            if self.lease is not None:
+                self.lease.stop()
+                await self.lease.let_go()
+            raise StoreUnavailable(
+                f"run '{self.target}' stopped: its store failed ({err}). The run is left as it was last saved "
+                f"(version {self.cp.version}, not marked failed); resume it with ainvoke(None, "
+                f"checkpoint_id={self.target!r}) once the store is back, or let a worker take it over"
+            ) from err
         except Exception as err:
             if self.durability != "interrupt" or self.last_status == "running":
                 await self._save_stopped("failed", f"{type(err).__name__}: {err}")
@@ -464,7 +492,7 @@ class _Session:
             return
         self.last_status = meta.status
         if self.lease is not None:
-            self.lease.wrote(meta.lease_expires)
+            self.lease.wrote(self.cp.sent if meta.status == "running" else None)
         if self.emitter.active:
             await self.emitter.emit(Event("checkpoint", (), meta.version, meta.step))
 

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from .base import END, START
-from .errors import GraphRunError, MaxStepsExceeded, NodeError, WaypointError
+from .errors import GraphRunError, LeaseLost, MaxStepsExceeded, NodeError, StoreUnavailable, WaypointError
 from .events import Emitter, Event
 from .field_mapping import assemble
 from .interrupts import Interrupt, new_interrupt_id
@@ -216,6 +216,13 @@ class Run:
     def _before_step(self) -> None:
         if self.before_step is not None:
             self.before_step()
+
+    def _stops_run(self, err: Exception) -> bool:
+        """This run's lost lease, or its store failing, raised inside a task (`check_lease()`, a ledger
+        write): not the node's error — the run stops as it was last saved."""
+        if isinstance(err, LeaseLost):
+            return err.checkpoint_id == self.checkpoint_id
+        return isinstance(err, StoreUnavailable)
 
     # --- the two loops ----------------------------------------------------------------------------
 
@@ -511,7 +518,7 @@ class Run:
             return _Done(node, None, (), interrupt=signal)
         except Exception as err:
             self._writes.pop(node.key, None)
-            wrapped = err if raised_for(path, err) else NodeError(path, err)
+            wrapped = err if raised_for(path, err) or self._stops_run(err) else NodeError(path, err)
             if emitter.active:
                 await emitter.emit(Event("error", path, wrapped, self.pos.step))
             if wrapped is err:

@@ -33,17 +33,30 @@ Guarantees every store gives (tests/test_store_contract.py checks them on every 
    loops back on itself or is longer than `MAX_CHAIN`, raises `CheckpointCorrupted` naming the run
    and version (never a driver, JSON or memory error), and reading such a chain always terminates.
    `meta_problem` and `parts_problem` below are the checks a store applies to what it read.
+9. **Leases are on the store's clock.** `clock()` is the store's time (seconds since the epoch): the
+   database server's for a store shared by machines (Postgres), the host's for a store only one host
+   can open (SQLite: every process on it reads the same clock; memory). Every lease expiry a store
+   writes is stamped from that clock — `put` keeps the *duration* its meta asks for
+   (`lease_expires - updated_at`, both on the writer's clock) and stores `clock() + duration`;
+   `renew_lease` extends to `clock() + seconds` — and `renew_lease` refuses a lease that has already
+   expired on it (`lease_expires <= clock()`). Whoever judges a lease compares `lease_expires` with
+   `clock()`, so a writer or reader whose own clock is off by any amount never misjudges one.
+   `updated_at` and `created_at` stay the writer's clock (they order lists and age runs for `ttl`).
+10. An operation that failed for a reason that may pass (the database unreachable or restarting, no
+   connection to spare, a lock not granted in time) raises `StoreUnavailable` with the driver's error as
+   `__cause__`, having written nothing.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from .errors import CheckpointError, clip
 
-__all__ = ["CheckPointStore", "CheckpointMeta", "Checkpoint", "Blob", "RunStatus", "MissingBlobs", "MAX_PARTS",
+__all__ = ["store_clock", "CheckPointStore", "CheckpointMeta", "Checkpoint", "Blob", "RunStatus", "MissingBlobs", "MAX_PARTS",
            "MAX_PART_NAME", "MAX_HASH", "MAX_CHAIN", "meta_problem", "parts_problem", "version_label"]
 
 RunStatus = Literal["running", "interrupted", "completed", "failed"]
@@ -132,11 +145,16 @@ class CheckPointStore(Protocol):
         """Write version `meta.version` (== expected_version + 1, or 1) atomically, with its blobs.
 
         `parts` maps part names to head blob hashes (every head must be in `blobs` or already
-        stored). Raises `CheckpointConflict` if that version exists (someone else wrote first).
+        stored). Raises `CheckpointConflict` if that version exists (someone else wrote first). A lease
+        in `meta` is stored as `clock() + (meta.lease_expires - meta.updated_at)` (guarantee 9).
         """
 
-    async def renew_lease(self, checkpoint_id: str, version: int, owner: str, expires: float) -> bool:
-        """Extend the lease on the newest version if `owner` still holds it; False if not."""
+    async def renew_lease(self, checkpoint_id: str, version: int, owner: str, seconds: float) -> bool:
+        """Extend the lease to `seconds` from now on the store's clock, if `version` is the run's newest,
+        `owner` holds its lease and that lease has not expired yet; False if not (nothing changes)."""
+
+    async def clock(self) -> float:
+        """The store's time, seconds since the epoch: the clock every lease in this store is judged by."""
 
     async def record_call(self, checkpoint_id: str, version: int, call_id: str, result: bytes) -> bool:
         """Ledger: store a finished call's result once. True if this call wrote it."""
@@ -164,6 +182,13 @@ class CheckPointStore(Protocol):
 
     async def close(self) -> None:
         """Release connections."""
+
+
+async def store_clock(store: Any) -> float:
+    """`store.clock()`: the time leases in `store` are judged by. A store written before the contract had
+    `clock()` lives on one host (it never said otherwise): its clock is this host's."""
+    clock = getattr(store, "clock", None)
+    return await clock() if clock is not None else time.time()
 
 
 # --- checks on what a store read back ------------------------------------------------------------

@@ -8,6 +8,8 @@
 - `task_ledger()`: results the task records the moment each exists (`durability="step"` with a store),
   so that the task, run again after a crash or a pause, finds them and does not redo that work (how a
   tools node keeps a finished tool call from running twice). None when the run records nothing.
+- `check_lease()`: raise `LeaseLost` if this process may no longer run the run — call it before starting
+  work another process must not start too (how a tools node starts no tool call after losing the run).
 """
 
 from __future__ import annotations
@@ -128,8 +130,12 @@ async def start_over() -> None:
 
 
 def check_lease() -> None:
-    """Raise (`CheckpointConflict`) if the run's process may no longer hold its lease — another process
-    may have taken the run over. Work that must not be done twice checks right before it starts."""
+    """Raise `LeaseLost` if the run the calling task executes in is no longer this process's to run: its
+    lease ran out unrenewed (judged by a local clock, so a process stopped past its lease and just woken
+    knows at once, before its renewal thread runs again) or a renewal was refused (another process took
+    the run over). Cheap: no store call. Does nothing for a run that holds no lease (no store, or not
+    claimed by this call). The run loop lets the error through unwrapped: the run stops, writes nothing,
+    and continues wherever it is taken over."""
     scope = current_task()
     if scope is None:
         raise RuntimeError("check_lease() must be called inside a running node")

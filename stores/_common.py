@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from waypoint.engine.errors import CheckpointConflict, CheckpointCorrupted, CheckpointNotFound, clip
+from waypoint.engine.errors import CheckpointConflict, CheckpointCorrupted, CheckpointNotFound, StoreUnavailable, clip
 from waypoint.engine.store import MAX_CHAIN, STATUSES, Blob, CheckpointMeta
 
 RESTORE = "restore the database from a backup or delete this run"
@@ -13,6 +14,41 @@ RESTORE = "restore the database from a backup or delete this run"
 LEDGER_NEEDED = ("running", "failed")
 """While a run's newest version has one of these statuses, a step may be re-run and need its ledger:
 `prune` keeps the ledger of such a run (the ledger page of a step is keyed by an older version)."""
+
+
+# Postgres SQLSTATEs that may pass: connection exceptions (08…), insufficient resources (53…: too many
+# connections, out of memory or disk), operator intervention (57…: shutdown, restart, cannot connect now),
+# serialization failure and deadlock (40001, 40P01), lock not available (55P03).
+_PASSING_CLASSES = ("08", "53", "57")
+_PASSING_STATES = ("40001", "40P01", "55P03")
+
+
+def passing(err: BaseException) -> bool:
+    """True for a database error that may pass if the operation is tried again later: the database is
+    unreachable or restarting, has no connection to spare, or did not grant a lock in time."""
+    if isinstance(err, (OSError, TimeoutError)):  # refused, reset, no route, no socket, timed out
+        return True
+    sa = sys.modules.get("sqlalchemy.exc")
+    if sa is not None:
+        if isinstance(err, sa.TimeoutError):  # no connection left in the pool within its timeout
+            return True
+        if isinstance(err, sa.DBAPIError):
+            if err.connection_invalidated:
+                return True
+            err = err.orig if err.orig is not None else err
+    code = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
+    if isinstance(code, str):
+        return code[:2] in _PASSING_CLASSES or code in _PASSING_STATES
+    text = str(err).lower()  # sqlite3 / aiosqlite: a lock held past the busy timeout
+    return type(err).__name__ == "OperationalError" and ("locked" in text or "busy" in text)
+
+
+def unavailable(store: str, err: BaseException) -> StoreUnavailable:
+    """The `StoreUnavailable` a store raises for `err` (chain it: `raise unavailable(...) from err`)."""
+    return StoreUnavailable(
+        f"{store}: the database could not do this now ({type(err).__name__}: {clip(str(err).splitlines()[0] if str(err) else '', 160)}); "
+        "nothing was written. It may pass: try again later (a run that met this is left at its last saved step)"
+    )
 
 
 def check_put(meta: CheckpointMeta, expected_version: int | None) -> None:

@@ -1,12 +1,26 @@
-"""The run queue's SQL (table `waypoint_queue`, migration 3 in stores/_sql.py), for SQLite and Postgres.
+"""The run queue's SQL (table `waypoint_queue`, migrations 3 and 4 in stores/_sql.py), for SQLite and Postgres.
 
 One row per run: the work last asked for it (`kind` "start" with an input, or "resume" with answers),
 its `state` ("queued", "claimed" by a worker, "done") and, once done, the outcome. Every function runs
 inside one store transaction (`store._call`). The row never decides who runs the run: the run's own
-record does (compare-and-set on its versions, its lease). A claimed row may be claimed again once its
-worker stopped renewing it (`claimed_until` passed) *and* the run holds no live lease — so a worker
-that died is replaced, and a worker whose event loop is blocked inside a long node (its run lease is
-renewed by the engine's lease thread) is not.
+record does (compare-and-set on its versions, its lease).
+
+**A claim** is one worker's hold on a row, named by a token unique to that claim (`claim`): renewing,
+finishing and handing back name the token, so a claim that lapsed and was taken again — even by the same
+worker, even after the row was queued anew — changes nothing any more. **A row is claimable** when the run
+holds no live lease and either it is queued (and its backoff, `not_before`, has passed), or its claim
+lapsed (`claimed_until` passed: its worker stopped renewing it), or the claim's worker executed the run
+(it wrote a running version whose lease was live when the claim was taken) and stopped renewing the run's
+lease — once a run has written, its lease alone decides a takeover, so a dead worker's run is continued one
+run lease after its last renewal, not one claim later. A claim taken to take a run over is protected by its
+own `claimed_until` until its first write.
+A worker whose event loop is blocked inside a long node keeps its run (the engine renews the run's lease
+from its own thread). A hand-back puts the row back in the queue with the claim cleared, so nothing can
+renew it any more; it counts in `handbacks`, not as a failed attempt.
+
+Every "now" that writes or compares `claimed_until`, `not_before` or a run's `lease_expires` is the
+store's clock (`now_sql`: the database server's on Postgres; on SQLite the host's, shared by every process
+that can open the file), never the calling process's own clock.
 
 Postgres claims with `FOR UPDATE SKIP LOCKED`: claimers skip each other's rows instead of waiting.
 SQLite needs no such clause: a write transaction holds the database's only write lock.
@@ -19,11 +33,24 @@ from typing import Any
 
 from waypoint.engine.errors import WaypointError
 
+from ._sql import now_sql
+
 CHANNEL = "waypoint_queue"
-"""Postgres NOTIFY channel: a submit or resume wakes idle workers at once."""
+"""Postgres NOTIFY channel: a submit, resume or hand-back wakes idle workers at once."""
 
 COLUMNS = ("checkpoint_id, graph, kind, state, outcome, error, result, attempts, submitted_at, finished_at, worker, "
-           "base_version")
+           "base_version, version, handbacks")
+
+_LIVE_LEASE = (
+    "SELECT 1 FROM waypoint_checkpoints c WHERE c.checkpoint_id = q.checkpoint_id AND c.status = 'running' "
+    "AND c.lease_expires > {now} AND c.version = (SELECT MAX(m.version) FROM waypoint_checkpoints m "
+    "WHERE m.checkpoint_id = q.checkpoint_id)")
+_EXECUTOR_GONE = (  # the run's newest version is running, was written for this request, and its lease was live
+    # when the claim was taken — so the claim's worker executed it (a claim taken after that lease had run out
+    # is a takeover still on its way to its first write: its own claim protects it)
+    "SELECT 1 FROM waypoint_checkpoints c WHERE c.checkpoint_id = q.checkpoint_id AND c.status = 'running' "
+    "AND c.version > COALESCE(q.base_version, 0) AND c.lease_expires > q.claimed_at "
+    "AND c.version = (SELECT MAX(m.version) FROM waypoint_checkpoints m WHERE m.checkpoint_id = q.checkpoint_id)")
 
 
 class QueueError(WaypointError):
@@ -34,46 +61,59 @@ class QueueTimeout(QueueError):
     """`RunQueue.wait` gave up before the run's work was done."""
 
 
-def _newest(db: Any, checkpoint_id: str) -> tuple[int | None, str | None]:
-    found = db.rows("SELECT version, status FROM waypoint_checkpoints WHERE checkpoint_id = :c "
-                    "ORDER BY version DESC LIMIT 1", {"c": checkpoint_id})
-    return (found[0][0], found[0][1]) if found else (None, None)
+_NEWEST = ("SELECT {what} FROM waypoint_checkpoints c WHERE c.checkpoint_id = {run} "
+           "ORDER BY c.version DESC LIMIT 1")
+_SERVING = "SELECT COUNT(*) FROM waypoint_workers w WHERE w.graph = {graph} AND w.until > {now}"
 
 
-def _refusal(checkpoint_id: str, kind: str, status: str | None) -> str | None:
+def _refusal(checkpoint_id: str, kind: str, status: str | None, live: bool) -> str | None:
     run = f"run '{checkpoint_id}'"
     if kind == "start":
         if status in (None, "completed"):
             return None
+        how = "continues it" if status != "running" or not live else "continues it once it stops"
         return (f"{run} is {status}: submit() starts runs, it does not continue them; "
-                f"queue.resume({checkpoint_id!r}, answers) continues it, or delete the run to start over")
-    if status in ("interrupted", "failed"):
+                f"queue.resume({checkpoint_id!r}, answers) {how}, or delete the run to start over")
+    if status in ("interrupted", "failed") or (status == "running" and not live):  # not live: its executor died
         return None
     if status is None:
         return f"{run} does not exist, so there is nothing to resume; submit() it first"
     if status == "completed":
         return f"{run} has completed; submit() starts a new run on its ID"
-    return f"{run} is running; wait({checkpoint_id!r}) for it to pause before resuming it"
+    return (f"{run} is running under a live lease (another process executes it); wait({checkpoint_id!r}) for it "
+            "to pause, or resume it once that process is gone and its lease has expired")
 
 
-def enqueue(db: Any, checkpoint_id: str, graph: str | None, kind: str, payload: bytes, now: float) -> None:
-    """Queue work for a run: refused while the run (or earlier work for it) does not allow it."""
-    version, status = _newest(db, checkpoint_id)
-    problem = _refusal(checkpoint_id, kind, status)
+def enqueue(db: Any, checkpoint_id: str, graph: str | None, kind: str, payload: bytes, now: float,
+            expected_version: int | None = None) -> int:
+    """Queue work for a run: refused while the run (or earlier work for it) does not allow it, or when
+    `expected_version` is given and the run is no longer at that version. Returns how many live workers
+    serve the run's graph."""
+    params: dict[str, Any] = {"c": checkpoint_id, "g": graph}
+    clock = now_sql(db, params)
+    named = "COALESCE(:g, (SELECT q.graph FROM waypoint_queue q WHERE q.checkpoint_id = :c))"
+    live = f"CASE WHEN c.lease_expires > {clock} THEN 1 ELSE 0 END"
+    (version, status, is_live, known, serving), = db.rows(
+        f"SELECT ({_NEWEST.format(what='c.version', run=':c')}), ({_NEWEST.format(what='c.status', run=':c')}), "
+        f"({_NEWEST.format(what=live, run=':c')}), {named}, ({_SERVING.format(graph=named, now=clock)})", params)
+    problem = _refusal(checkpoint_id, kind, status, bool(is_live))
     if problem is not None:
         raise QueueError(problem)
-    if graph is None:
-        known = db.rows("SELECT graph FROM waypoint_queue WHERE checkpoint_id = :c", {"c": checkpoint_id})
-        if not known:
-            raise QueueError(f"run '{checkpoint_id}' was not submitted through the queue, so it is not known which "
-                             "graph runs it; pass graph=<the compiled graph or its name> to resume()")
-        graph = known[0][0]
+    if expected_version is not None and version != expected_version:
+        now_at = f"it is at version {version} ({status})" if version is not None else "it does not exist"
+        raise QueueError(f"run '{checkpoint_id}' moved on: {now_at}, and this {kind} was made for version "
+                         f"{expected_version}; read its status again and answer what it holds now")
+    if known is None:
+        raise QueueError(f"run '{checkpoint_id}' was not submitted through the queue, so it is not known which "
+                         "graph runs it; pass graph=<the compiled graph or its name> to resume()")
+    graph = known
     written = db.run(
         "INSERT INTO waypoint_queue (checkpoint_id, graph, kind, payload, base_version, state, attempts, "
         "submitted_at) VALUES (:c, :g, :k, :p, :b, 'queued', 0, :t) ON CONFLICT (checkpoint_id) DO UPDATE SET "
         "graph = excluded.graph, kind = excluded.kind, payload = excluded.payload, base_version = "
-        "excluded.base_version, state = 'queued', worker = NULL, attempts = 0, submitted_at = excluded.submitted_at, "
-        "claimed_at = NULL, claimed_until = NULL, finished_at = NULL, outcome = NULL, error = NULL, result = NULL "
+        "excluded.base_version, state = 'queued', worker = NULL, claim = NULL, attempts = 0, handbacks = 0, "
+        "not_before = NULL, submitted_at = excluded.submitted_at, claimed_at = NULL, claimed_until = NULL, "
+        "finished_at = NULL, outcome = NULL, error = NULL, result = NULL, version = NULL "
         "WHERE waypoint_queue.state = 'done'",
         {"c": checkpoint_id, "g": graph, "k": kind, "p": payload, "b": version, "t": now})
     if written != 1:
@@ -81,57 +121,95 @@ def enqueue(db: Any, checkpoint_id: str, graph: str | None, kind: str, payload: 
                          "for it before queueing more")
     if db.dialect == "postgresql":  # delivered when this transaction commits
         db.rows(f"SELECT pg_notify('{CHANNEL}', :c)", {"c": checkpoint_id})
+    return int(serving)
 
 
-def claim(db: Any, worker: str, graphs: Sequence[str], limit: int, now: float, until: float) -> list[tuple]:
-    """Claim up to `limit` runnable rows for `graphs`, oldest first: (id, graph, kind, payload,
-    base_version, attempts) each. Runnable: queued, or claimed by a worker that stopped renewing it
-    while the run holds no live lease."""
+def claim(db: Any, worker: str, token: str, graphs: Sequence[str], limit: int, hold: float) -> list[tuple]:
+    """Claim up to `limit` claimable rows for `graphs`, oldest first, each under the token `token` + its
+    checkpoint ID: (id, graph, kind, payload, base_version, attempts, handbacks, claim) each."""
     names = ", ".join(f":g{i}" for i in range(len(graphs)))
     skip = " FOR UPDATE SKIP LOCKED" if db.dialect == "postgresql" else ""
     params: dict[str, Any] = {f"g{i}": g for i, g in enumerate(graphs)}
-    params.update(w=worker, now=now, until=until, n=limit)
+    params.update(w=worker, t=token, hold=float(hold), n=limit)
+    now = now_sql(db, params)
     return db.rows(
-        "UPDATE waypoint_queue SET state = 'claimed', worker = :w, claimed_at = :now, claimed_until = :until, "
-        "attempts = attempts + 1 WHERE checkpoint_id IN ("
-        f" SELECT q.checkpoint_id FROM waypoint_queue q WHERE q.graph IN ({names}) AND (q.state = 'queued' OR"
-        "  (q.state = 'claimed' AND q.claimed_until < :now AND NOT EXISTS ("
-        "    SELECT 1 FROM waypoint_checkpoints c WHERE c.checkpoint_id = q.checkpoint_id AND c.status = 'running'"
-        "     AND c.lease_expires >= :now AND c.version = (SELECT MAX(m.version) FROM waypoint_checkpoints m"
-        "     WHERE m.checkpoint_id = q.checkpoint_id))))"
+        f"UPDATE waypoint_queue SET state = 'claimed', worker = :w, claim = :t || checkpoint_id, claimed_at = {now}, "
+        f"claimed_until = {now} + :hold, not_before = NULL, attempts = attempts + 1 WHERE checkpoint_id IN ("
+        f" SELECT q.checkpoint_id FROM waypoint_queue q WHERE q.graph IN ({names}) AND ("
+        f"  (q.state = 'queued' AND (q.not_before IS NULL OR q.not_before <= {now})) OR"
+        f"  (q.state = 'claimed' AND (q.claimed_until < {now} OR EXISTS ({_EXECUTOR_GONE}))))"
+        f"  AND NOT EXISTS ({_LIVE_LEASE.format(now=now)})"
         f" ORDER BY q.submitted_at LIMIT :n{skip}) "
-        "RETURNING checkpoint_id, graph, kind, payload, base_version, attempts", params)
+        "RETURNING checkpoint_id, graph, kind, payload, base_version, attempts, handbacks, claim", params)
 
 
-def renew(db: Any, worker: str, until: float) -> int:
-    """Extend every claim `worker` holds; returns how many it still holds."""
-    return db.run("UPDATE waypoint_queue SET claimed_until = :u WHERE worker = :w AND state = 'claimed'",
-                  {"u": until, "w": worker})
+_TOKENS_PER_QUERY = 500
 
 
-def finish(db: Any, checkpoint_id: str, worker: str, attempt: int, outcome: str, error: str | None,
-           result: bytes | None, now: float) -> bool:
-    """Record the outcome, if this claim (worker and attempt) still holds the row."""
+def renew(db: Any, tokens: Sequence[str], hold: float) -> int:
+    """Extend the claims named by `tokens` (the work a worker is still doing); returns how many still hold."""
+    held = 0
+    for start in range(0, len(tokens), _TOKENS_PER_QUERY):
+        chunk = tokens[start:start + _TOKENS_PER_QUERY]
+        params: dict[str, Any] = {f"t{i}": t for i, t in enumerate(chunk)}
+        params["hold"] = float(hold)
+        names = ", ".join(f":t{i}" for i in range(len(chunk)))
+        held += db.run(f"UPDATE waypoint_queue SET claimed_until = {now_sql(db, params)} + :hold "
+                       f"WHERE state = 'claimed' AND claim IN ({names})", params)
+    return held
+
+
+def finish(db: Any, checkpoint_id: str, token: str, outcome: str, error: str | None, result: bytes | None,
+           version: int | None, now: float) -> bool:
+    """Record the outcome, if the claim `token` still holds the row. `version`: the run's version the outcome
+    left it at (None: its newest now)."""
     return db.run(
         "UPDATE waypoint_queue SET state = 'done', finished_at = :t, outcome = :o, error = :e, result = :r, "
-        "claimed_until = NULL WHERE checkpoint_id = :c AND state = 'claimed' AND worker = :w AND attempts = :a",
-        {"t": now, "o": outcome, "e": error, "r": result, "c": checkpoint_id, "w": worker, "a": attempt}) == 1
+        "version = COALESCE(:v, (SELECT MAX(m.version) FROM waypoint_checkpoints m WHERE m.checkpoint_id = :c)), "
+        "claimed_until = NULL, claim = NULL WHERE checkpoint_id = :c AND state = 'claimed' AND claim = :k",
+        {"t": now, "o": outcome, "e": error, "r": result, "v": version, "c": checkpoint_id, "k": token}) == 1
 
 
-def release(db: Any, checkpoint_id: str, worker: str, attempt: int, requeue: bool) -> bool:
-    """Give a claim back: `requeue` puts the row back in the queue at once (a draining worker); otherwise
-    it stays claimed but may be taken as soon as the run holds no live lease (another process has it)."""
-    change = "state = 'queued', worker = NULL, claimed_until = NULL" if requeue else "claimed_until = 0"
-    done = db.run(f"UPDATE waypoint_queue SET {change} WHERE checkpoint_id = :c AND state = 'claimed' "
-                  "AND worker = :w AND attempts = :a", {"c": checkpoint_id, "w": worker, "a": attempt}) == 1
-    if done and requeue and db.dialect == "postgresql":
+def release(db: Any, checkpoint_id: str, token: str, delay: float, counts: bool = False) -> bool:
+    """Hand a claim back (a drain, the store unavailable, the run held elsewhere): the row is queued again,
+    claimable after `delay` seconds (and, as always, once the run holds no live lease), its owner cleared so
+    nothing renews it. A hand-back is not a failed attempt unless it `counts` (an unexpected error)."""
+    params: dict[str, Any] = {"c": checkpoint_id, "k": token, "d": float(delay), "h": 0 if counts else 1}
+    done = db.run(
+        "UPDATE waypoint_queue SET state = 'queued', worker = NULL, claim = NULL, claimed_until = NULL, "
+        "handbacks = handbacks + :h, not_before = CASE WHEN CAST(:d AS DOUBLE PRECISION) > 0 THEN "
+        f"{now_sql(db, params)} + CAST(:d AS DOUBLE PRECISION) ELSE NULL END "
+        "WHERE checkpoint_id = :c AND state = 'claimed' AND claim = :k", params) == 1
+    if done and delay <= 0 and db.dialect == "postgresql":
         db.rows(f"SELECT pg_notify('{CHANNEL}', :c)", {"c": checkpoint_id})
     return done
 
 
 def status(db: Any, checkpoint_id: str) -> tuple | None:
-    """The row (COLUMNS) plus the run's newest status, or None when the queue has no row for it."""
-    found = db.rows(f"SELECT {COLUMNS} FROM waypoint_queue WHERE checkpoint_id = :c", {"c": checkpoint_id})
-    if not found:
-        return None
-    return (*found[0], _newest(db, checkpoint_id)[1])
+    """The row (COLUMNS), the run's newest status and the live workers serving its graph, in one statement;
+    None without a row."""
+    params: dict[str, Any] = {"c": checkpoint_id}
+    found = db.rows(
+        f"SELECT {', '.join('q.' + c.strip() for c in COLUMNS.split(','))}, "
+        f"({_NEWEST.format(what='c.status', run='q.checkpoint_id')}), "
+        f"({_SERVING.format(graph='q.graph', now=now_sql(db, params))}) "
+        "FROM waypoint_queue q WHERE q.checkpoint_id = :c", params)
+    return tuple(found[0]) if found else None
+
+
+# --- the workers serving each graph ------------------------------------------------------------------------
+
+def present(db: Any, worker: str, graphs: Sequence[str], hold: float) -> None:
+    """`worker` serves `graphs` for the next `hold` seconds (written at start and with each renewal)."""
+    rows = [{"w": worker, "g": g, "hold": float(hold)} for g in graphs]
+    now = now_sql(db, rows[0])
+    for row in rows[1:]:
+        row.update({k: v for k, v in rows[0].items() if k == "now"})
+    db.many(f"INSERT INTO waypoint_workers (name, graph, until) VALUES (:w, :g, {now} + :hold) "
+            "ON CONFLICT (graph, name) DO UPDATE SET until = excluded.until", rows)
+
+
+def absent(db: Any, worker: str) -> None:
+    """`worker` stopped (and workers gone for an hour are forgotten)."""
+    params: dict[str, Any] = {"w": worker}
+    db.run(f"DELETE FROM waypoint_workers WHERE name = :w OR until < {now_sql(db, params)} - 3600", params)

@@ -7,6 +7,11 @@ transaction — and use only SQL that SQLite and Postgres both accept, with `:na
 `INSERT … ON CONFLICT DO NOTHING` on the `(checkpoint_id, version)` key: zero rows inserted means
 another writer took that version first.
 
+Leases are judged on one clock (engine/store.py, guarantee 9): in every statement that writes or
+compares a lease or a queue claim, "now" is `now_sql(db)` — the database server's
+`clock_timestamp()` on Postgres, whose clients may sit on machines whose clocks disagree; on SQLite the
+host's clock, which every process that can open the file shares.
+
 Where the two databases differ, the difference is one statement keyed by `db.dialect`: SQLite runs
 every write transaction under the database's one write lock (`BEGIN IMMEDIATE`), so writers never
 interleave; Postgres runs them side by side (READ COMMITTED), so a write that reads before it writes
@@ -51,7 +56,7 @@ from ._common import (
     needed_blobs,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 T = TypeVar("T")
 
 _BINARY = {"sqlite": "BLOB", "postgresql": "BYTEA"}
@@ -110,9 +115,41 @@ MIGRATIONS: dict[int, list[str]] = {
             result {binary})""",
         "CREATE INDEX waypoint_queue_ready ON waypoint_queue (state, submitted_at)",
     ],
+    # Claims that let go (stores/_queue_sql.py): a token per claim, hand-backs that are not failures, a
+    # backoff, the version an outcome left the run at; and the workers serving each graph.
+    4: [
+        "ALTER TABLE waypoint_queue ADD COLUMN claim TEXT",
+        "ALTER TABLE waypoint_queue ADD COLUMN handbacks INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE waypoint_queue ADD COLUMN not_before {real}",
+        "ALTER TABLE waypoint_queue ADD COLUMN version INTEGER",
+        """CREATE TABLE waypoint_workers (
+            name TEXT NOT NULL,
+            graph TEXT NOT NULL,
+            until {real} NOT NULL,
+            PRIMARY KEY (graph, name))""",
+    ],
 }
 
 _MIGRATION_LOCK = 0x57A7_0001  # Postgres advisory lock key: one migrating process at a time
+
+
+_PG_NOW = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+
+
+def now_sql(db: DB, params: dict[str, Any]) -> str:
+    """SQL for the store's clock (seconds since the epoch) in a statement with `params`: the server's on
+    Postgres; on SQLite the host's, bound as `:now`."""
+    if db.dialect == "postgresql":
+        return _PG_NOW
+    params.setdefault("now", time.time())
+    return ":now"
+
+
+def clock(db: DB) -> float:
+    """The store's clock now."""
+    if db.dialect == "postgresql":
+        return float(db.rows(f"SELECT {_PG_NOW}")[0][0])
+    return time.time()
 
 
 class DB(Protocol):
@@ -283,23 +320,28 @@ def put(db: DB, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], b
             "ON CONFLICT DO NOTHING",
             [{"c": meta.checkpoint_id, "h": b.hash, "p": b.parent, "d": b.data} for b in blobs],
         )
+    row: dict[str, Any] = {
+        "c": meta.checkpoint_id, "v": meta.version, "s": meta.status, "st": meta.step, "f": meta.fingerprint,
+        "ca": meta.created_at, "ua": meta.updated_at, "lo": meta.lease_owner, "e": meta.error, "o": meta.origin,
+        "hd": header, "p": json.dumps(dict(parts), sort_keys=True)}
+    lease = "NULL"
+    if meta.lease_expires is not None:  # the duration asked for, stamped on the store's clock
+        row["ld"] = float(meta.lease_expires - meta.updated_at)
+        lease = f"{now_sql(db, row)} + :ld"
     inserted = db.run(
         f"INSERT INTO waypoint_checkpoints ({_META_COLUMNS}, header, parts) VALUES "
-        "(:c, :v, :s, :st, :f, :ca, :ua, :lo, :le, :e, :o, :hd, :p) ON CONFLICT DO NOTHING",
-        {"c": meta.checkpoint_id, "v": meta.version, "s": meta.status, "st": meta.step, "f": meta.fingerprint,
-         "ca": meta.created_at, "ua": meta.updated_at, "lo": meta.lease_owner, "le": meta.lease_expires,
-         "e": meta.error, "o": meta.origin, "hd": header, "p": json.dumps(dict(parts), sort_keys=True)},
-    )
+        f"(:c, :v, :s, :st, :f, :ca, :ua, :lo, {lease}, :e, :o, :hd, :p) ON CONFLICT DO NOTHING", row)
     if inserted != 1:
         raise CheckpointConflict(conflict_message(meta.checkpoint_id, expected_version))
 
 
-def renew_lease(db: DB, checkpoint_id: str, version: int, owner: str, expires: float) -> bool:
+def renew_lease(db: DB, checkpoint_id: str, version: int, owner: str, seconds: float) -> bool:
+    params: dict[str, Any] = {"s": float(seconds), "c": checkpoint_id, "v": version, "o": owner}
+    now = now_sql(db, params)
     return db.run(
-        "UPDATE waypoint_checkpoints SET lease_expires = :e WHERE checkpoint_id = :c AND version = :v "
-        "AND lease_owner = :o AND version = (SELECT MAX(version) FROM waypoint_checkpoints WHERE checkpoint_id = :c)",
-        {"e": expires, "c": checkpoint_id, "v": version, "o": owner},
-    ) == 1
+        f"UPDATE waypoint_checkpoints SET lease_expires = {now} + :s WHERE checkpoint_id = :c AND version = :v "
+        f"AND lease_owner = :o AND lease_expires > {now} "
+        "AND version = (SELECT MAX(version) FROM waypoint_checkpoints WHERE checkpoint_id = :c)", params) == 1
 
 
 def record_call(db: DB, checkpoint_id: str, version: int, call_id: str, result: bytes) -> bool:
@@ -424,8 +466,11 @@ class SQLStoreMethods:
         if self.expiry.due():
             await self.expire()
 
-    async def renew_lease(self, checkpoint_id: str, version: int, owner: str, expires: float) -> bool:
-        return await self._call(renew_lease, checkpoint_id, version, owner, expires, write=True)
+    async def renew_lease(self, checkpoint_id: str, version: int, owner: str, seconds: float) -> bool:
+        return await self._call(renew_lease, checkpoint_id, version, owner, seconds, write=True)
+
+    async def clock(self) -> float:
+        return await self._call(clock)
 
     async def record_call(self, checkpoint_id: str, version: int, call_id: str, result: bytes) -> bool:
         return await self._call(record_call, checkpoint_id, version, call_id, result, write=True)

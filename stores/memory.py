@@ -68,6 +68,8 @@ class MemoryStore:
         missing = {h for h in needed_blobs(parts, blobs) if h not in stored}
         if missing:
             raise MissingBlobs(cid, missing)
+        if meta.lease_expires is not None:  # the duration asked for, on this store's clock (the host's)
+            meta = _replace(meta, lease_expires=time.time() + (meta.lease_expires - meta.updated_at))
         versions = self._versions.setdefault(cid, versions)
         stored = self._blobs.setdefault(cid, stored)
         for blob in blobs:
@@ -76,15 +78,20 @@ class MemoryStore:
         if self.expiry.due():
             await self.expire()
 
-    async def renew_lease(self, checkpoint_id: str, version: int, owner: str, expires: float) -> bool:
+    async def renew_lease(self, checkpoint_id: str, version: int, owner: str, seconds: float) -> bool:
         versions = self._versions.get(checkpoint_id) or {}
         if not versions or _newest(versions) != version:
             return False
         meta, header, parts = versions[version]
-        if meta.lease_owner != owner:
+        now = time.time()
+        if meta.lease_owner != owner or meta.lease_expires is None or meta.lease_expires <= now:
             return False
-        versions[version] = (_replace(meta, lease_expires=expires), header, parts)
+        versions[version] = (_replace(meta, lease_expires=now + seconds), header, parts)
         return True
+
+    async def clock(self) -> float:
+        """This host's clock: a memory store lives in one process."""
+        return time.time()
 
     async def record_call(self, checkpoint_id: str, version: int, call_id: str, result: bytes) -> bool:
         calls = self._ledger.setdefault((checkpoint_id, version), {})

@@ -4,8 +4,8 @@ The service that owns the runs asks; workers (`waypoint worker`, stores/worker.p
 
     queue = RunQueue(SQLStore("postgresql+asyncpg://…"))
     await queue.submit(app, {"ticket": 42}, "ticket-42")    # start a run
-    done = await queue.wait("ticket-42")                    # WorkStatus: paused, with its interrupts
-    await queue.resume("ticket-42", {iid: ApprovalResult(approved=True)})
+    paused = await queue.wait("ticket-42")                  # WorkStatus: paused, with its interrupts
+    await queue.resume("ticket-42", {iid: ApprovalResult(approved=True)}, expected_version=paused.version)
     done = await queue.wait("ticket-42")                    # completed, with its output
 
 The queue lives in the store's database (table `waypoint_queue`), so a submit and the run it starts
@@ -19,7 +19,9 @@ worker processes on one machine). Inputs, answers and outputs are encoded with t
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +29,8 @@ from . import _queue_sql
 from ._queue_sql import QueueError, QueueTimeout
 
 __all__ = ["RunQueue", "WorkStatus", "QueueError", "QueueTimeout"]
+
+log = logging.getLogger("waypoint.queue")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,12 +51,20 @@ class WorkStatus:
     interrupts: dict[str, Any] = field(default_factory=dict)
     """When the run paused: `{interrupt id: info}` — the IDs `resume()` answers."""
     attempts: int = 0
-    """How many times a worker claimed this work (more than 1: a worker died or drained meanwhile)."""
+    """How many times a worker claimed this work (more than 1: a worker died, drained or handed it back)."""
+    handbacks: int = 0
+    """Claims of this work that ended in an orderly hand-back (a drain, the store unavailable, the run held
+    by another process): they do not count towards a worker's `max_attempts`."""
     submitted_at: float = 0.0
     finished_at: float | None = None
     worker: str | None = None
+    version: int | None = None
+    """Once done: the run's version the outcome left it at. Answer a pause with
+    `resume(..., expected_version=status.version)`: the answers then apply to that pause or to nothing."""
     run_status: str | None = None
     """The status of the run's newest version (None if it has none yet)."""
+    workers: int = 0
+    """Live workers serving this work's graph (0 while queued: nothing will run it until one starts)."""
 
     @property
     def done(self) -> bool:
@@ -74,24 +86,36 @@ class RunQueue:
         self.store = store
         self.serializer = serializer
 
-    async def submit(self, graph: Any, input: Any, checkpoint_id: str) -> None:
+    async def submit(self, graph: Any, input: Any, checkpoint_id: str) -> int:
         """Queue a new run of `graph` (a compiled graph, or its name) on `input` under `checkpoint_id`.
+        Returns how many live workers serve the graph (0: it waits until one starts; a warning is logged).
 
         Raises `QueueError` if the run exists and is not completed (resume it instead), or if work for
         it is already queued or running."""
         _check_id(checkpoint_id)
         payload = self.serializer.dumps(input, root="input")
-        await self.store._call(_queue_sql.enqueue, checkpoint_id, _graph_name(graph), "start", payload, time.time(),
-                               write=True)
+        name = _graph_name(graph)
+        workers = await self.store._call(_queue_sql.enqueue, checkpoint_id, name, "start", payload, time.time(),
+                                         write=True)
+        return _said(checkpoint_id, name, workers)
 
-    async def resume(self, checkpoint_id: str, answers: Any = None, *, graph: Any = None) -> None:
-        """Queue the resume of a paused (or failed) run: `answers` is what `ainvoke(resume=...)` takes —
-        `{interrupt_id: data}`, `[ids]`, `True` — or None to continue a run that waits on no answer.
+    async def resume(self, checkpoint_id: str, answers: Any = None, *, expected_version: int | None = None,
+                     graph: Any = None) -> int:
+        """Queue the resume of a paused or failed run — or of one whose executor died (running, its lease
+        expired): `answers` is what `ainvoke(resume=...)` takes — `{interrupt_id: data}`, `[ids]`, `True` —
+        or None to continue a run that waits on no answer. Returns how many live workers serve its graph.
+
+        `expected_version`: the version the answers were made for (`WorkStatus.version`, or a version the
+        caller read): refused with `QueueError` if the run is no longer there, and the worker applies the
+        answers only by compare-and-set on that version — a late duplicate never answers a later pause.
+        Without it, the run's version at this call is the one the worker compares against.
         `graph` is needed only for a run that was not submitted through the queue."""
         _check_id(checkpoint_id)
         payload = self.serializer.dumps(answers, root="answers")
         name = _graph_name(graph) if graph is not None else None
-        await self.store._call(_queue_sql.enqueue, checkpoint_id, name, "resume", payload, time.time(), write=True)
+        workers = await self.store._call(_queue_sql.enqueue, checkpoint_id, name, "resume", payload, time.time(),
+                                         expected_version, write=True)
+        return _said(checkpoint_id, name, workers)
 
     async def status(self, checkpoint_id: str) -> WorkStatus | None:
         """The run's work as the queue knows it, or None if nothing was ever queued for it."""
@@ -110,42 +134,64 @@ class RunQueue:
             if current.done:
                 return current
             if deadline is not None and time.monotonic() + delay > deadline:
+                serving = (f"no live worker serves graph '{current.graph}': start one (waypoint worker --graphs ...)"
+                           if current.workers == 0 else
+                           f"{current.workers} live worker(s) serve graph '{current.graph}'; wait longer")
                 raise QueueTimeout(f"run '{checkpoint_id}': its work is still {current.state} after {timeout} s "
-                                   f"(attempt {current.attempts}); wait longer, or check that a worker serves "
-                                   f"graph '{current.graph}'")
+                                   f"(attempt {current.attempts}); {serving}")
             await asyncio.sleep(delay)
             delay = min(delay * 1.5, 0.25)
 
     def _status(self, row: tuple) -> WorkStatus:
-        (cid, graph, kind, state, outcome, error, result, attempts, submitted, finished, worker, _base,
-         run_status) = row
+        (cid, graph, kind, state, outcome, error, result, attempts, submitted, finished, worker, _base, version,
+         handbacks, run_status, workers) = row
         value = self.serializer.loads(result) if result is not None else None
         return WorkStatus(checkpoint_id=cid, graph=graph, kind=kind, state=state, outcome=outcome, error=error,
                           output=value if outcome == "completed" else None,
                           interrupts=dict(value) if outcome == "interrupted" and value else {},
-                          attempts=attempts, submitted_at=submitted, finished_at=finished, worker=worker,
-                          run_status=run_status)
+                          attempts=attempts, handbacks=handbacks, submitted_at=submitted, finished_at=finished,
+                          worker=worker, version=version, run_status=run_status, workers=workers)
 
-    # --- for workers -----------------------------------------------------------------------------------
+    # --- for workers: claims (stores/_queue_sql.py says what a claim is) -------------------------------
 
     async def _claim(self, worker: str, graphs: list[str], limit: int, hold: float) -> list[tuple]:
-        now = time.time()
-        return await self.store._call(_queue_sql.claim, worker, graphs, limit, now, now + hold, write=True)
+        """Claim up to `limit` rows for `hold` seconds: (id, graph, kind, payload, base_version, attempts,
+        handbacks, claim token) each."""
+        token = f"{uuid.uuid4().hex}:"
+        return await self.store._call(_queue_sql.claim, worker, token, graphs, limit, hold, write=True)
 
-    async def _renew(self, worker: str, hold: float) -> int:
-        return await self.store._call(_queue_sql.renew, worker, time.time() + hold, write=True)
+    async def _renew(self, tokens: list[str], hold: float) -> int:
+        return await self.store._call(_queue_sql.renew, tokens, hold, write=True) if tokens else 0
 
-    async def _finish(self, checkpoint_id: str, worker: str, attempt: int, outcome: str, error: str | None,
-                      result: bytes | None) -> bool:
-        return await self.store._call(_queue_sql.finish, checkpoint_id, worker, attempt, outcome, error, result,
+    async def _finish(self, checkpoint_id: str, token: str, outcome: str, error: str | None, result: bytes | None,
+                      version: int | None = None) -> bool:
+        return await self.store._call(_queue_sql.finish, checkpoint_id, token, outcome, error, result, version,
                                       time.time(), write=True)
 
-    async def _release(self, checkpoint_id: str, worker: str, attempt: int, *, requeue: bool) -> bool:
-        return await self.store._call(_queue_sql.release, checkpoint_id, worker, attempt, requeue, write=True)
+    async def _release(self, checkpoint_id: str, token: str, *, delay: float = 0.0, counts: bool = False) -> bool:
+        return await self.store._call(_queue_sql.release, checkpoint_id, token, delay, counts, write=True)
+
+    async def _present(self, worker: str, graphs: list[str], hold: float) -> None:
+        await self.store._call(_queue_sql.present, worker, graphs, hold, write=True)
+
+    async def _absent(self, worker: str) -> None:
+        await self.store._call(_queue_sql.absent, worker, write=True)
+
+    @property
+    def _notifies(self) -> bool:
+        """Whether the store delivers NOTIFY (Postgres): idle workers wake at once on new work."""
+        return getattr(self.store, "dialect", None) == "postgresql" and hasattr(self.store, "_listen")
 
     async def _listen(self, callback: Any) -> Any:
-        listen = getattr(self.store, "_listen", None)
-        return None if listen is None else await listen(_queue_sql.CHANNEL, callback)
+        """Listen for new work (Postgres): a handle with `alive()` and `close()`, or None (SQLite)."""
+        return await self.store._listen(_queue_sql.CHANNEL, callback) if self._notifies else None
+
+
+def _said(checkpoint_id: str, graph: str | None, workers: int) -> int:
+    if workers == 0:
+        log.warning("run '%s': no live worker serves %s; its work stays queued until one starts "
+                    "(waypoint worker --graphs ...)", checkpoint_id, f"graph '{graph}'" if graph else "its graph")
+    return workers
 
 
 def _graph_name(graph: Any) -> str:

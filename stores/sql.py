@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from waypoint.engine.errors import WaypointError
+
 from . import _sql
-from ._common import Expiry
+from ._common import Expiry, passing, unavailable
 
 __all__ = ["SQLStore"]
 
@@ -66,6 +69,39 @@ def _text_cache(text: Callable[[str], Any]) -> Callable[[str], Any]:
     return cached
 
 
+class _Listening:
+    """A LISTEN held on one connection: `alive()` until the connection is lost; `close()` gives it back."""
+
+    def __init__(self, conn: Any, raw: Any, channel: str, callback: Callable[[], None]) -> None:
+        self.conn = conn
+        self.raw = raw
+        self.channel = channel
+        self.callback = callback
+
+    def notified(self, *_: Any) -> None:
+        self.callback()
+
+    def lost(self, *_: Any) -> None:
+        self.callback()  # the listener wakes and finds it dead: it listens again
+
+    def alive(self) -> bool:
+        return not self.raw.is_closed()
+
+    async def close(self) -> None:
+        try:
+            if not self.raw.is_closed():
+                await self.raw.remove_listener(self.channel, self.notified)
+        except Exception:  # noqa: BLE001, S110 - the connection is going away either way
+            pass
+        try:
+            if self.raw.is_closed():  # never back into the pool: the next checkout would get a dead one
+                await self.conn.invalidate()
+            else:
+                await self.conn.close()
+        except Exception:  # noqa: BLE001, S110 - a connection the server dropped cannot be closed cleanly
+            pass
+
+
 async def _dispose_at_shutdown(store: SQLStore, loop: Any, engine: Any) -> AsyncIterator[None]:
     """Parked on `loop` once started: `shutdown_asyncgens()` closes it, which disposes `engine`."""
     try:
@@ -92,7 +128,9 @@ class SQLStore(_sql.SQLStoreMethods):
         self.busy_timeout = busy_timeout
         self._text = _text_cache(text)
         self._options = engine_options
-        self.dialect = make_url(url).get_backend_name()
+        parsed = make_url(url)
+        self.dialect = parsed.get_backend_name()
+        self._label = f"SQLStore({parsed.render_as_string(hide_password=True)!r})"
         if self.dialect not in _sql._BINARY:
             raise ValueError(f"SQLStore supports sqlite and postgresql URLs, not {self.dialect!r} ({url})")
         self._lock = threading.Lock()
@@ -149,6 +187,17 @@ class SQLStore(_sql.SQLStoreMethods):
                 del self._engines[loop]
 
     async def _call(self, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
+        """`fn(db, *args)` in one transaction; a database error that may pass is `StoreUnavailable`."""
+        try:
+            return await self._transaction(fn, args)
+        except WaypointError:
+            raise
+        except Exception as err:
+            if passing(err):
+                raise unavailable(self._label, err) from err
+            raise
+
+    async def _transaction(self, fn: Callable[..., T], args: tuple) -> T:
         text, dialect = self._text, self.dialect
         engine = await self._engine()
         if not self._migrated:  # its own transaction: an operation that fails must not roll the schema back
@@ -158,29 +207,40 @@ class SQLStore(_sql.SQLStoreMethods):
         async with engine.begin() as conn:
             return await conn.run_sync(lambda sync: fn(_Conn(sync, text, dialect), *args))
 
-    async def _listen(self, channel: str, callback: Callable[[], None]) -> Callable[[], Any] | None:
-        """Postgres: call `callback` (on this loop) on every NOTIFY to `channel`; returns an async closer.
+    async def clock(self) -> float:
+        """The store's clock: the database server's on Postgres (machines' clocks may disagree; the
+        server's is the one every process reads), the host's on SQLite."""
+        if self.dialect == "postgresql":
+            return await self._call(_sql.clock)
+        return time.time()
 
-        Holds one connection of this loop's pool until closed. None on SQLite (nothing to listen to)."""
+    async def _listen(self, channel: str, callback: Callable[[], None]) -> _Listening | None:
+        """Postgres: call `callback` (on this loop) on every NOTIFY to `channel`, and once more if the
+        connection is lost (a restart, a network cut: listen again then). None on SQLite.
+
+        Holds one connection of this loop's pool until closed."""
         if self.dialect != "postgresql":
             return None
         engine = await self._engine()
-        conn = await engine.connect()
-        raw = (await conn.get_raw_connection()).driver_connection
-
-        def notified(*_: Any) -> None:
-            callback()
-
-        await raw.add_listener(channel, notified)
-
-        async def close() -> None:
-            try:
-                if not raw.is_closed():
-                    await raw.remove_listener(channel, notified)
-            finally:
-                await conn.close()
-
-        return close
+        try:
+            conn = await engine.connect()
+            raw = (await conn.get_raw_connection()).driver_connection
+        except WaypointError:
+            raise
+        except Exception as err:
+            if passing(err):
+                raise unavailable(self._label, err) from err
+            raise
+        listening = _Listening(conn, raw, channel, callback)
+        try:
+            await raw.add_listener(channel, listening.notified)
+        except BaseException as err:
+            await conn.invalidate()  # a pooled connection the server had closed (a restart): drop it
+            if isinstance(err, Exception) and passing(err):
+                raise unavailable(self._label, err) from err
+            raise
+        raw.add_termination_listener(listening.lost)
+        return listening
 
     async def close(self) -> None:
         """Dispose this loop's connection pool and let go of every other loop's (the store reopens on use)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import Any, TypeVar
 from waypoint.engine.errors import CheckpointError
 
 from . import _sql
-from ._common import Expiry
+from ._common import Expiry, unavailable
 
 __all__ = ["SQLiteStore"]
 
@@ -93,7 +94,16 @@ class SQLiteStore(_sql.SQLStoreMethods):
         done, result = self._try_inline(fn, args, write)
         if done:
             return result
-        return await asyncio.get_running_loop().run_in_executor(self._worker(), self._transaction, fn, args, write)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._worker(), self._transaction, fn, args, write)
+        except sqlite3.OperationalError as err:
+            if _is_busy(err):  # another process held the write lock past the busy timeout
+                raise unavailable(repr(self), err) from err
+            raise
+
+    async def clock(self) -> float:
+        """This host's clock: every process that can open the file runs on this host and reads the same."""
+        return time.time()
 
     def _worker(self) -> ThreadPoolExecutor:
         with self._lock:

@@ -3,24 +3,32 @@
 The loop, box by box (docs/scale-out.md draws it):
 
 1. **claim** — up to the free slots, oldest first (`FOR UPDATE SKIP LOCKED` on Postgres): new
-   submissions, resumes with answers, and work whose worker died (its claim not renewed, the run's
-   lease expired);
-2. **plan** — a first attempt does what was asked (start with the input, resume with the answers).
-   A later one (an earlier worker died, drained, or met the run held elsewhere) reads the run first
-   (`get_run`): if nothing was written since the work was queued, it does what was asked; if an
-   earlier attempt wrote versions, it continues the run from its last committed step (answers still
-   pending are passed again); if the run already came to rest, it just records that;
+   submissions, resumes with answers, work handed back, and work whose worker died (its claim not
+   renewed, or its run written and the run's lease expired);
+2. **plan** — a first attempt does what was asked (start with the input, resume with the answers), by
+   compare-and-set on the version the request was queued for (`expected_version`). A later one (an
+   earlier worker died, drained or handed it back) reads the run first (`get_run`): if nothing was
+   written since the work was queued, it does what was asked; if an earlier attempt wrote versions, it
+   continues the run from its last committed step (answers still pending are passed again); if the run
+   already came to rest, it just records that;
 3. **run** — `ainvoke` on the worker's compiled graph: the engine claims the run by compare-and-set,
    keeps its lease from its lease thread, and commits every step (`durability="step"`);
-4. **record** — the outcome (completed with its output, interrupted with its interrupt IDs, failed,
-   or an error) on the queue row, only if this worker still holds the claim;
+4. **record** — the outcome (completed with its output, interrupted with its interrupt IDs, failed, or
+   an error) and the version it left the run at, on the queue row, only if this claim still holds it;
+   a database error while recording is tried again, never dropped;
 5. **idle** — with no free slot or nothing to claim, sleep until a run ends, a Postgres NOTIFY says
    work was queued, or `poll` seconds pass (which is also how expired work is found).
 
-Meanwhile a task renews the worker's claims every `lease_seconds / 3`. `stop()` stops claiming and
-waits up to `drain_seconds` for the runs in flight; the ones still running are then cancelled — the
-engine saves each at its last finished step — and their work is put back in the queue for another
-worker. `stop(now=True)` cancels at once.
+Meanwhile a task renews the claims of the work in flight (and only those) every `lease_seconds / 3`
+and says which graphs this worker serves. Work ends in an outcome or is **handed back** — queued again
+for any worker, its claim cleared — never left claimed by a task that died: when draining (`stop()`:
+stop claiming, let runs in flight finish for `drain_seconds`, cancel the rest — the engine saves each at
+its last finished step), when the run is held by another process, and when the database failed
+(`StoreUnavailable`: after a backoff). A hand-back is not a failed attempt; `max_attempts` counts the
+claims that ended in neither (the worker died, or lost its claim).
+
+A LISTEN connection lost (a Postgres restart) is opened again; a database that is down when the worker
+starts, or goes down later, is tried again as claims are, with a backoff up to `poll` seconds.
 """
 
 from __future__ import annotations
@@ -34,13 +42,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from waypoint.engine.errors import CheckpointConflict, CheckpointNotFound, GraphInterrupted
+from waypoint.engine.errors import CheckpointConflict, CheckpointNotFound, GraphInterrupted, StoreUnavailable
 
 from .queue import QueueError, RunQueue
 
 __all__ = ["Worker"]
 
 log = logging.getLogger("waypoint.worker")
+
+_BACKOFF = (0.1, 5.0)
+"""Seconds before a request that met an unavailable database is claimable again: the first, the most."""
 
 
 @dataclass(frozen=True)
@@ -51,9 +62,22 @@ class _Item:
     payload: bytes
     base_version: int | None
     attempt: int
+    handbacks: int
+    token: str
 
 
 _NOTHING = object()
+
+
+class _Progress:
+    """What one attempt did to the run, followed by an `on_checkpoint` callback: the version it last wrote
+    (None: it wrote nothing)."""
+
+    def __init__(self) -> None:
+        self.version: int | None = None
+
+    def on_checkpoint(self, event: Any) -> None:
+        self.version = event.data
 
 
 class Worker:
@@ -63,9 +87,10 @@ class Worker:
     wakes it by NOTIFY); `lease_seconds`: how long its claims last unrenewed (default: twice the graphs'
     longest lease — a claim only matters before a run's first write and after its last one, the run's
     own lease covers the rest); `drain_seconds`: how long `stop()` lets runs in flight finish before cancelling
-    them; `max_attempts`: claims of one request after which it is recorded as an error instead of run
-    again (a run that kills every worker that takes it must not take the fleet down one by one);
-    `serializer`: the queue's codec (the one `RunQueue` used to submit)."""
+    them; `max_attempts`: claims of one request that ended without an outcome or a hand-back (a worker died
+    with it) after which it is recorded as an error instead of run again — a run that kills every worker
+    that takes it must not take the fleet down one by one; `serializer`: the queue's codec (the one
+    `RunQueue` used to submit)."""
 
     def __init__(self, store: Any, graphs: Sequence[Any] | Mapping[str, Any], *, concurrency: int = 8,
                  poll: float = 1.0, lease_seconds: float | None = None, drain_seconds: float = 30.0,
@@ -81,7 +106,8 @@ class Worker:
         self.drain_seconds = drain_seconds
         self.max_attempts = max_attempts
         self.name = name or f"worker:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self._tasks: set[asyncio.Task] = set()
+        _check_pool(store, self.name)
+        self._tasks: dict[asyncio.Task, _Item] = {}
         self._wake: asyncio.Event | None = None
         self._stopping = False
         self._cancel_now = False
@@ -107,55 +133,77 @@ class Worker:
     async def run(self) -> None:
         """Work until `stop()`; returns once every run in flight ended or was handed back to the queue."""
         self._wake = wake = asyncio.Event()
-        unlisten = await self.queue._listen(wake.set)
+        listening: Any = None
         keeper = asyncio.create_task(self._keep_claims())
+        claims, listens = _Backoff(self.poll), _Backoff(self.poll)
         try:
             while not self._stopping:
                 wake.clear()
+                if self.queue._notifies and (listening is None or not listening.alive()):
+                    listening = await self._listen(listening, wake, listens)
                 free = self.concurrency - len(self._tasks)
-                claimed = await self._claim(free) if free > 0 else []
+                claimed = await self._claim(free, claims) if free > 0 else []
                 for row in claimed:
                     self._start(_Item(*row))
                 if len(claimed) < free or free <= 0:
-                    try:
-                        await asyncio.wait_for(wake.wait(), self.poll)
-                    except asyncio.TimeoutError:
-                        pass
+                    soon = [b.delay for b in (claims, listens) if b.failing]
+                    await _wait(wake, min([self.poll, *soon]))
             await self._drain()
         finally:
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
-            if unlisten is not None:
-                await unlisten()
+            if listening is not None:
+                await listening.close()
+            await _quietly(self.queue._absent(self.name))
 
     # --- the loop's parts ------------------------------------------------------------------------------
 
-    async def _claim(self, free: int) -> list[tuple]:
+    async def _listen(self, old: Any, wake: asyncio.Event, backoff: _Backoff) -> Any:
+        """(Re)open the LISTEN connection; None while the database cannot be reached (tried again later)."""
+        if old is not None:
+            log.warning("worker %s: the LISTEN connection was lost (a database restart?); listening again", self.name)
+            await old.close()
         try:
-            return await self.queue._claim(self.name, sorted(self.graphs), free, self.lease_seconds)
-        except Exception as err:  # noqa: BLE001 - the database may come back; look again after `poll`
-            log.warning("worker %s: claiming work failed (%s: %s); trying again in %s s", self.name,
-                        type(err).__name__, err, self.poll)
+            listening = await self.queue._listen(wake.set)
+        except Exception as err:  # noqa: BLE001 - the database may come back; claims are polled meanwhile
+            log.warning("worker %s: cannot listen for new work (%s: %s); trying again in %.1f s", self.name,
+                        type(err).__name__, err, backoff.fail())
+            return None
+        backoff.ok()
+        return listening
+
+    async def _claim(self, free: int, backoff: _Backoff) -> list[tuple]:
+        try:
+            claimed = await self.queue._claim(self.name, sorted(self.graphs), free, self.lease_seconds)
+        except Exception as err:  # noqa: BLE001 - the database may come back; look again soon
+            delay = backoff.fail()
+            log.warning("worker %s: claiming work failed (%s: %s); trying again in %.1f s", self.name,
+                        type(err).__name__, err, delay)
             return []
+        backoff.ok()
+        return claimed
 
     def _start(self, item: _Item) -> None:
         task = asyncio.create_task(self._work(item), name=f"waypoint-work:{item.checkpoint_id}")
-        self._tasks.add(task)
+        self._tasks[task] = item
         task.add_done_callback(self._ended)
 
     def _ended(self, task: asyncio.Task) -> None:
-        self._tasks.discard(task)
+        self._tasks.pop(task, None)
         if self._wake is not None:
             self._wake.set()
 
     async def _keep_claims(self) -> None:
+        """Renew the claims of the work in flight — only those — and say which graphs this worker serves."""
         while True:
+            try:
+                await self.queue._present(self.name, sorted(self.graphs), self.lease_seconds)
+                tokens = [item.token for item in self._tasks.values()]
+                if tokens:
+                    await self.queue._renew(tokens, self.lease_seconds)
+            except Exception as err:  # noqa: BLE001 - the runs' own leases still protect them
+                log.warning("worker %s: renewing its claims failed (%s)", self.name, err)
             await asyncio.sleep(self.lease_seconds / 3)
-            if self._tasks:
-                try:
-                    await self.queue._renew(self.name, self.lease_seconds)
-                except Exception as err:  # noqa: BLE001 - the runs' own leases still protect them
-                    log.warning("worker %s: renewing its claims failed (%s)", self.name, err)
 
     async def _drain(self) -> None:
         if self._tasks and not self._cancel_now:
@@ -167,35 +215,48 @@ class Worker:
     # --- one work item ----------------------------------------------------------------------------------
 
     async def _work(self, item: _Item) -> None:
-        cid, queue = item.checkpoint_id, self.queue
-        if item.attempt > self.max_attempts:
+        """One item, from claim to outcome or hand-back. Never dies silently with its row claimed."""
+        cid, seen = item.checkpoint_id, _Progress()
+        try:
+            await self._settle(item, seen)
+        except asyncio.CancelledError:  # draining: the engine saved the run; another worker continues it
+            await _shielded(self._hand_back(item, 0.0, "this worker is stopping"))
+            raise
+        except Exception as err:  # noqa: BLE001 - a bug or an unexpected error: say so, let another try
+            log.exception("worker %s: work for run '%s' failed unexpectedly (%s); handing it back", self.name, cid,
+                          err)
+            await self._hand_back(item, _BACKOFF[1], f"{type(err).__name__}: {err}", counts=True)
+
+    async def _settle(self, item: _Item, seen: _Progress) -> None:
+        cid = item.checkpoint_id
+        if item.attempt - item.handbacks > self.max_attempts:
             error = (f"run '{cid}': gave up after {self.max_attempts} attempts (each worker that took this work "
-                     "died, drained or lost the run before recording an outcome); look at the run's history, fix "
-                     "the cause, and queue it again")
-            await queue._finish(cid, self.name, item.attempt, "error", error, None)
+                     "died or lost its claim before recording an outcome); look at the run's history, fix the cause, "
+                     f"and queue it again (queue.resume({cid!r}) continues it)")
+            await self._record(item, "error", error, None, None)
             return
         try:
-            outcome, error, result = await self._do(item)
-        except asyncio.CancelledError:  # draining: the engine saved the run; another worker continues it
-            await _shielded(queue._release(cid, self.name, item.attempt, requeue=True))
-            raise
-        except CheckpointConflict as err:  # another process holds the run: take the work again once it lets go
-            log.info("worker %s: run '%s' is held elsewhere (%s)", self.name, cid, err)
-            await queue._release(cid, self.name, item.attempt, requeue=False)
+            outcome, error, result, version = await self._do(item, seen)
+        except StoreUnavailable as err:  # the database, not the run: back in the queue after a backoff
+            delay = min(_BACKOFF[0] * 2 ** item.handbacks, _BACKOFF[1])
+            await self._hand_back(item, delay, str(err))
             return
-        if await queue._finish(cid, self.name, item.attempt, outcome, error, result):
-            self.finished += 1
+        except CheckpointConflict as err:  # another process holds the run: taken again once it lets go
+            await self._hand_back(item, 0.0, str(err))
+            return
+        await self._record(item, outcome, error, result, version)
 
-    async def _do(self, item: _Item) -> tuple[str, str | None, bytes | None]:
-        """Plan and run one item: (outcome, error, encoded result)."""
+    async def _do(self, item: _Item, seen: _Progress) -> tuple[str, str | None, bytes | None, int | None]:
+        """Plan and run one item: (outcome, error, encoded result, the version it left the run at). Every run
+        is a compare-and-set on the version the plan was made from."""
         app = self.graphs[item.graph]
         cid = item.checkpoint_id
         try:
             value = self.queue.serializer.loads(item.payload)
-            if item.attempt == 1:  # first try: nothing was written since it was queued (the engine checks)
+            if item.attempt == 1:  # nothing touched the run for this request yet: do what was asked
                 before = item.base_version
                 input, resume = (value, None) if item.kind == "start" else (None, value)
-            else:  # a worker died, drained or lost a race on it before: see where the run is
+            else:  # a worker died, drained or handed it back after writing: see where the run is
                 snap = await app.get_run(cid)
                 plan = _plan(item, value, snap)
                 if plan is _NOTHING:
@@ -203,36 +264,86 @@ class Worker:
                 input, resume = plan
                 before = snap.meta.version if snap is not None else None
             try:
-                output = await app.ainvoke(input, checkpoint_id=cid, resume=resume)
+                output = await app.ainvoke(input, checkpoint_id=cid, resume=resume, expected_version=before,
+                                           callbacks=[seen])
             except GraphInterrupted as paused:
-                return "interrupted", None, self._encode({c.id: c.info for c in paused.info.contexts})
-            except (CheckpointConflict, asyncio.CancelledError):
+                return ("interrupted", None, self._encode({c.id: c.info for c in paused.info.contexts}),
+                        seen.version)
+            except CheckpointConflict as err:
+                return await self._conflict(item, err, seen)
+            except (StoreUnavailable, asyncio.CancelledError):
                 raise
             except Exception as err:  # noqa: BLE001 - recorded on the queue row for whoever waits
                 return await self._failed(cid, before, err)
-            return "completed", None, self._encode(output)
-        except (CheckpointConflict, asyncio.CancelledError):
+            return "completed", None, self._encode(output), seen.version
+        except (CheckpointConflict, StoreUnavailable, asyncio.CancelledError):
             raise
         except CheckpointNotFound as err:
-            return "error", str(err), None
+            return "error", str(err), None, None
         except Exception as err:  # noqa: BLE001 - unreadable run or payload: say so on the row
-            return "error", f"{type(err).__name__}: {err}", None
+            return "error", f"{type(err).__name__}: {err}", None, None
 
-    def _resting(self, snap: Any) -> tuple[str, str | None, bytes | None]:
+    async def _conflict(self, item: _Item, err: CheckpointConflict, seen: _Progress) -> tuple[str, str, None, int]:
+        """The run is not this worker's to run now. On a first attempt (nothing of this request ran yet) a run
+        that moved past the version the request was queued for has moved on: an outcome — the request was not
+        applied, so a late answer never answers a later pause. Otherwise someone holds the run (another process,
+        or an earlier attempt of this very request whose worker lost its claim but lives): raise, and the work
+        is handed back and planned again from the run once that process lets go."""
+        newest = await self.store.history(item.checkpoint_id, limit=1)
+        meta = newest[0] if newest else None
+        if item.attempt > 1 or meta is None or meta.version == item.base_version or seen.version is not None:
+            raise err
+        return ("error", f"run '{item.checkpoint_id}' moved on since this {item.kind} was queued (at version "
+                f"{item.base_version}; now {meta.status} at version {meta.version}): it was not applied. Read its "
+                f"status and queue what it needs now ({err})", None, meta.version)
+
+    def _resting(self, snap: Any) -> tuple[str, str | None, bytes | None, int | None]:
         """An earlier attempt brought the run to rest but died before recording it."""
         if snap is None:
-            return "error", "the run was deleted while its work was queued", None
-        status = snap.meta.status
+            return "error", "the run was deleted while its work was queued", None, None
+        status, version = snap.meta.status, snap.meta.version
         if status == "completed":
-            return status, None, self._encode(snap.output)
+            return status, None, self._encode(snap.output), version
         if status == "interrupted":
-            return status, None, self._encode({c.id: c.info for c in snap.interrupts.contexts})
-        return status, snap.meta.error, None
+            return status, None, self._encode({c.id: c.info for c in snap.interrupts.contexts}), version
+        return status, snap.meta.error, None, version
 
-    async def _failed(self, cid: str, before: int | None, err: Exception) -> tuple[str, str, None]:
+    async def _failed(self, cid: str, before: int | None, err: Exception) -> tuple[str, str, None, int | None]:
         newest = await self.store.history(cid, limit=1)
         stored_failed = bool(newest) and newest[0].status == "failed" and newest[0].version != before
-        return ("failed" if stored_failed else "error"), f"{type(err).__name__}: {err}", None
+        version = newest[0].version if newest else None
+        return ("failed" if stored_failed else "error"), f"{type(err).__name__}: {err}", None, version
+
+    async def _record(self, item: _Item, outcome: str, error: str | None, result: bytes | None,
+                      version: int | None) -> None:
+        """The outcome on the row, while this claim holds it; a database error is tried again, never dropped."""
+        recorded = await self._persist(
+            f"recording the outcome of run '{item.checkpoint_id}'",
+            lambda: self.queue._finish(item.checkpoint_id, item.token, outcome, error, result, version))
+        if recorded:
+            self.finished += 1
+
+    async def _hand_back(self, item: _Item, delay: float, why: str, *, counts: bool = False) -> None:
+        """Queue the work again for any worker after `delay` seconds; `counts`: as a failed attempt."""
+        log.info("worker %s: handing run '%s' back to the queue: %s", self.name, item.checkpoint_id, why)
+        await self._persist(f"handing run '{item.checkpoint_id}' back", lambda: self.queue._release(
+            item.checkpoint_id, item.token, delay=delay, counts=counts))
+
+    async def _persist(self, what: str, write: Any) -> Any:
+        """`write()`, tried again on `StoreUnavailable` while this worker's claim may still hold (its claims
+        are renewed as long as this task lives); afterwards the claim lapses and the row is claimable."""
+        backoff = _Backoff(self.lease_seconds / 3)
+        for _ in range(64):
+            try:
+                return await write()
+            except StoreUnavailable as err:
+                delay = backoff.fail()
+                if backoff.waited > self.lease_seconds:
+                    break
+                log.warning("worker %s: %s failed (%s); trying again in %.1f s", self.name, what, err, delay)
+                await asyncio.sleep(delay)
+        log.error("worker %s: %s failed until its claim lapsed; another worker takes the work up", self.name, what)
+        return None
 
     def _encode(self, value: Any) -> bytes | None:
         try:
@@ -240,6 +351,26 @@ class Worker:
         except Exception as err:  # noqa: BLE001 - the run is fine; only the copy on the queue row is missing
             log.warning("worker %s: a result could not be encoded for the queue row: %s", self.name, err)
             return None
+
+
+class _Backoff:
+    """Delays that double from 0.1 s up to `most` while something keeps failing."""
+
+    def __init__(self, most: float) -> None:
+        self.most = max(most, 0.1)
+        self.delay = 0.1
+        self.failing = False
+        self.waited = 0.0
+
+    def fail(self) -> float:
+        if self.failing:
+            self.delay = min(self.delay * 2, self.most)
+        self.failing = True
+        self.waited += self.delay
+        return self.delay
+
+    def ok(self) -> None:
+        self.delay, self.failing, self.waited = 0.1, False, 0.0
 
 
 def _plan(item: _Item, value: Any, snap: Any) -> Any:
@@ -289,13 +420,39 @@ def _by_name(store: Any, graphs: Sequence[Any] | Mapping[str, Any]) -> dict[str,
     return named
 
 
+def _check_pool(store: Any, name: str) -> None:
+    """On Postgres the LISTEN connection holds one connection of the worker loop's pool for good: a pool
+    of one leaves none for the runs, and the worker would run nothing."""
+    options = getattr(store, "_options", None)
+    if getattr(store, "dialect", None) != "postgresql" or options is None:
+        return
+    size = options.get("pool_size", 5) + options.get("max_overflow", 10)
+    if size < 2:
+        raise QueueError(f"worker {name}: a pool of {size} connection per event loop leaves none for runs (the "
+                         "LISTEN connection holds one for good); give it at least 2 (waypoint worker --pool 2)")
+
+
+async def _wait(event: asyncio.Event, timeout: float) -> None:
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except asyncio.TimeoutError:
+        pass
+
+
+async def _quietly(coro: Any) -> None:
+    try:
+        await coro
+    except Exception as err:  # noqa: BLE001 - stopping anyway; the row's hold expires by itself
+        log.warning("worker: %s", err)
+
+
 async def _shielded(coro: Any) -> Any:
-    """Finish `coro` even though this task is being cancelled (a release must land)."""
+    """Finish `coro` even though this task is being cancelled (a hand-back must land)."""
     task = asyncio.ensure_future(coro)
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
         return await task
     except Exception as err:  # noqa: BLE001 - the claim then expires by itself
-        log.warning("releasing a claim failed: %s", err)
+        log.warning("handing a claim back failed: %s", err)
         return None

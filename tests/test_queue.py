@@ -26,8 +26,10 @@ async def qstore(request, tmp_path):
     await s.close()
 
 
-def approval_graph(store, calls: Counter, *, slow: float = 0.0, name: str = "ask", lease: float = 30.0):
-    """START -> prepare -> ask (pauses until answered) -> finish -> END; counts every node's runs."""
+def approval_graph(store, calls: Counter, *, slow: float = 0.0, name: str = "ask", lease: float = 30.0,
+                   gate: asyncio.Event | None = None):
+    """START -> prepare -> ask (pauses until answered) -> finish (waits for `gate`) -> END; counts every node's
+    runs."""
 
     async def prepare(x):
         calls["prepare", x] += 1
@@ -43,8 +45,10 @@ def approval_graph(store, calls: Counter, *, slow: float = 0.0, name: str = "ask
             raise RuntimeError("the answer was boom")
         return f"{x}:{data}"
 
-    def finish(x):
+    async def finish(x):
         calls["finish", x.split(":")[0]] += 1
+        if gate is not None:
+            await gate.wait()
         return x.upper()
 
     g = Graph(name=name)
@@ -53,6 +57,19 @@ def approval_graph(store, calls: Counter, *, slow: float = 0.0, name: str = "ask
     for a, b in ((START, "prepare"), ("prepare", "ask"), ("ask", "finish"), ("finish", END)):
         g.add_edge(a, b)
     return g.compile(store=store, lease_seconds=lease)
+
+
+async def until(condition, timeout: float = 20.0) -> None:
+    """Wait until `condition()` (a plain or async callable) is true; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.01)
 
 
 async def running(worker: Worker):
@@ -167,6 +184,7 @@ async def test_a_dead_workers_claim_is_taken_again_only_once_the_run_has_no_live
     await asyncio.sleep(0.25)
     (row,) = await queue._claim("w2", ["g"], 5, 0.2)
     assert row[0] == "run-1" and row[5] == 2  # taken again: attempt 2
+    w2_token = row[7]
     # w2's run writes a version with a live lease, then w2's claim lapses (its loop is blocked, say):
     now = time.time()
     await qstore.put(CheckpointMeta(checkpoint_id="run-1", version=1, status="running", step=0, fingerprint="f",
@@ -177,7 +195,27 @@ async def test_a_dead_workers_claim_is_taken_again_only_once_the_run_has_no_live
     await asyncio.sleep(0.5)
     (row,) = await queue._claim("w3", ["g"], 5, 30.0)
     assert row[5] == 3 and (await queue.status("run-1")).worker == "w3"
-    assert await queue._finish("run-1", "w2", 2, "completed", None, None) is False  # w2's record comes too late
+    assert await queue._finish("run-1", w2_token, "completed", None, None) is False  # w2's record comes too late
+
+
+async def test_a_run_whose_executor_died_is_taken_once_its_lease_expires_and_that_takeover_is_kept(qstore):
+    """Once the claim's worker wrote the run, the run's lease alone decides: the row is taken as soon as that
+    lease expires, though the claim has not lapsed. The new claim is then the takeover's own until its first
+    write: nobody takes the row from it meanwhile (claims that bounced between workers gave runs up)."""
+    from waypoint.engine.store import CheckpointMeta
+
+    queue = RunQueue(qstore)
+    await queue.submit("g", 1, "run-1")
+    assert len(await queue._claim("w1", ["g"], 5, 30.0)) == 1  # a long claim...
+    now = time.time()
+    await qstore.put(CheckpointMeta(checkpoint_id="run-1", version=1, status="running", step=0, fingerprint="f",
+                                    created_at=now, updated_at=now, lease_owner="w1-run", lease_expires=now + 0.3),
+                     b"h", {}, [], expected_version=None)  # ...whose worker wrote the run, then died
+    assert await queue._claim("w2", ["g"], 5, 30.0) == []  # the run's lease is live
+    await asyncio.sleep(0.4)
+    (row,) = await queue._claim("w2", ["g"], 5, 30.0)  # taken one run lease later, not 30 s later
+    assert row[5] == 2
+    assert await queue._claim("w3", ["g"], 5, 30.0) == []  # w2's takeover has not written yet: it is w2's
 
 
 async def test_stop_drains_and_hands_unfinished_runs_to_another_worker(qstore):
@@ -187,11 +225,11 @@ async def test_stop_drains_and_hands_unfinished_runs_to_another_worker(qstore):
     first = Worker(qstore, [app], poll=0.05, drain_seconds=0.05)
     task = await running(first)
     await queue.submit(app, "s", "run-s")
-    while calls["prepare", "s"] == 0:
-        await asyncio.sleep(0.01)
+    await until(lambda: calls["prepare", "s"] > 0)
     await stopped(first, task)  # 'prepare' is still sleeping: cancelled, saved, handed back
     handed = await queue.status("run-s")
     assert handed.state == "queued" and handed.attempts == 1 and handed.run_status == "interrupted"
+    assert handed.handbacks == 1 and handed.worker is None
     assert (await qstore.history("run-s", limit=1))[0].error == "cancelled"
     second = Worker(qstore, [app], poll=0.05)
     task = await running(second)
@@ -231,3 +269,368 @@ async def test_work_that_every_worker_died_on_is_given_up_after_max_attempts(qst
     await stopped(worker, task)
     assert given_up.outcome == "error" and "gave up after 2 attempts" in given_up.error
     assert given_up.attempts == 3 and calls["prepare", "p"] == 0
+
+
+# --- claims that let go (a token per claim; renewed only while worked on; handed back, never orphaned) ------
+
+async def test_a_stale_claim_finishes_nothing_even_when_the_same_worker_claims_again(qstore):
+    """A claim is named by its token, not by (worker, attempt): the same worker's lapsed claim, or its claim on
+    an earlier request for the run (enqueue starts the attempts again), records nothing."""
+    queue = RunQueue(qstore)
+    await queue.submit("g", 1, "run-1")
+    ((*_, first),) = await queue._claim("w", ["g"], 5, 0.1)
+    await asyncio.sleep(0.15)  # w's claim lapsed (say its loop was blocked), and w claims the work again
+    ((*_, attempts, _h, second),) = await queue._claim("w", ["g"], 5, 30.0)
+    assert attempts == 2 and second != first
+    assert await queue._finish("run-1", first, "completed", None, None) is False
+    assert await queue._finish("run-1", second, "completed", None, None) is True
+    await queue.submit("g", 2, "run-1")  # request 2 for the run (nothing ran it): attempts start again
+    ((*_, attempts, _h, third),) = await queue._claim("w", ["g"], 5, 30.0)
+    assert attempts == 1
+    for stale in (first, second):
+        assert await queue._finish("run-1", stale, "completed", None, None) is False
+        assert await queue._release("run-1", stale) is False
+        assert await queue._renew([stale], 30.0) == 0
+    now = await queue.status("run-1")
+    assert now.state == "claimed" and now.outcome is None  # request 2 is still to be done, by `third`
+
+
+async def test_skip_locked_lets_a_claimer_take_the_other_rows_at_once(pg_url):
+    """A claim held open in another transaction (rows locked) does not make the next claimer wait: it gets the
+    other rows at once (FOR UPDATE SKIP LOCKED), and the locked ones once that transaction ends."""
+    import asyncpg
+
+    from pg import database_of
+
+    store = SQLStore(pg_url)
+    queue = RunQueue(store)
+    for i in range(4):
+        await queue.submit("g", i, f"run-{i}")
+    host = pg_url.split("host=", 1)[1]
+    raw = await asyncpg.connect(host=host, user="postgres", database=database_of(pg_url))
+    try:
+        holding = raw.transaction()
+        await holding.start()
+        await raw.fetch("SELECT checkpoint_id FROM waypoint_queue WHERE checkpoint_id IN ('run-0', 'run-1') "
+                        "FOR UPDATE")
+        got = await asyncio.wait_for(queue._claim("w", ["g"], 10, 30.0), 5)
+        assert sorted(row[0] for row in got) == ["run-2", "run-3"]
+        await holding.rollback()
+        got = await asyncio.wait_for(queue._claim("w", ["g"], 10, 30.0), 5)
+        assert sorted(row[0] for row in got) == ["run-0", "run-1"]
+    finally:
+        await raw.close()
+        await store.close()
+
+
+async def test_a_claimer_whose_clock_runs_ahead_takes_no_live_claim_and_no_live_run(pg_url, monkeypatch):
+    """Claims and leases are judged on the Postgres server's clock: a claimer whose wall clock runs 60 s ahead
+    takes neither a claim that is live nor a row whose run holds a live lease."""
+    from waypoint.engine.store import CheckpointMeta
+
+    store = SQLStore(pg_url)
+    queue = RunQueue(store)
+    await queue.submit("g", 1, "run-1")
+    await queue.submit("g", 2, "run-2")
+    assert len(await queue._claim("w1", ["g"], 1, 30.0)) == 1  # run-1: claimed, not started yet
+    assert len(await queue._claim("w2", ["g"], 1, 0.1)) == 1  # run-2: claimed, then its run holds a lease
+    now = time.time()
+    await store.put(CheckpointMeta(checkpoint_id="run-2", version=1, status="running", step=0, fingerprint="f",
+                                   created_at=now, updated_at=now, lease_owner="w2-run", lease_expires=now + 30),
+                    b"h", {}, [], expected_version=None)
+    await asyncio.sleep(0.15)  # w2's claim lapsed; its run's lease has not
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 60)
+    assert await queue._claim("thief", ["g"], 5, 30.0) == []
+    await store.close()
+
+
+async def test_a_busy_worker_renews_only_the_claims_of_work_it_is_doing(qstore):
+    """A row claimed under the worker's name by a task that is gone (it died) is not kept alive by the worker's
+    renewals while it stays busy with other work: its claim lapses and another worker takes it."""
+    calls: Counter = Counter()
+    app = approval_graph(qstore, calls, slow=3.0)
+    queue = RunQueue(qstore)
+    worker = Worker(qstore, [app], concurrency=1, poll=0.05, lease_seconds=0.6)
+    task = await running(worker)
+    await queue.submit(app, "busy", "run-busy")
+    await until(lambda: calls["prepare", "busy"] > 0)
+    await queue.submit("other", "o", "run-orphan")
+    (orphan,) = await queue._claim(worker.name, ["other"], 1, 0.6)  # its task died at once
+    await asyncio.sleep(1.0)  # the worker renewed its claims at least twice meanwhile
+    (taken,) = await queue._claim("w2", ["other"], 1, 30.0)
+    assert taken[0] == "run-orphan" and taken[5] == 2
+    worker.stop(now=True)
+    await asyncio.wait_for(task, 30)
+
+
+def looping_graph(store, answers: list, name: str = "loop"):
+    """START -> ask (pauses every pass; the answer is appended) -> ask ... two answers -> END."""
+
+    def ask(got: list):
+        is_target, _, data = get_resume_context()
+        if not is_target:
+            raise Interrupt({"question": f"pass {len(got) + 1}?"})
+        answers.append(data)
+        return [*got, data]
+
+    g = Graph(name=name)
+    g.add_node("ask", ask)
+    g.add_edge(START, "ask")
+    g.add_branch("ask", lambda got: "ask" if len(got) < 2 else END, ends=["ask", END])
+    return g.compile(store=store)
+
+
+async def test_a_late_duplicate_resume_never_answers_the_next_pause(qstore):
+    """A resume carries the version it was made for: a duplicate that arrives once the run paused again is
+    refused, and one queued before the run moved on (another process answered) is not applied."""
+    answers: list = []
+    app = looping_graph(qstore, answers)
+    queue = RunQueue(qstore)
+    worker = Worker(qstore, [app], poll=0.05)
+    task = await running(worker)
+    await queue.submit(app, [], "loop-1")
+    first = await queue.wait("loop-1", timeout=20)
+    (iid,) = first.interrupts
+    assert first.version == 2 and first.run_status == "interrupted"
+    await queue.resume("loop-1", {iid: "yes-1"}, expected_version=first.version)
+    second = await queue.wait("loop-1", timeout=20)
+    (iid2,) = second.interrupts
+    assert second.outcome == "interrupted" and second.version > first.version and answers == ["yes-1"]
+    with pytest.raises(QueueError, match="moved on: it is at version .*made for version 2"):
+        await queue.resume("loop-1", {iid: "yes-1"}, expected_version=first.version)  # the duplicate
+    await stopped(worker, task)
+    await queue.resume("loop-1", {iid2: "yes-2"}, expected_version=second.version)  # queued; no worker yet
+    await app.ainvoke(None, checkpoint_id="loop-1", resume={iid2: "direct"})  # another process answers first
+    worker = Worker(qstore, [app], poll=0.05)
+    task = await running(worker)
+    late = await queue.wait("loop-1", timeout=20)
+    await stopped(worker, task)
+    assert late.outcome == "error" and "moved on since this resume was queued" in late.error
+    assert answers == ["yes-1", "direct"]  # the queued answer was not applied to anything
+    assert late.run_status == "completed"
+
+
+async def test_work_held_by_another_process_waits_for_it_and_is_not_left_claimed(qstore):
+    """A queued resume whose run another process took meanwhile (a live lease) is not claimed while that process
+    runs it; once it is done the worker takes the work — made for a version that moved on: an error outcome,
+    the answer not applied — and no row is left claimed."""
+    calls: Counter = Counter()
+    app = approval_graph(qstore, calls)
+    queue = RunQueue(qstore)
+    worker = Worker(qstore, [app], poll=0.05)
+    task = await running(worker)
+    await queue.submit(app, "h", "run-h")
+    (iid,) = (await queue.wait("run-h", timeout=20)).interrupts
+    await stopped(worker, task)
+    await queue.resume("run-h", {iid: "queued"})  # no worker is running now
+    release = asyncio.Event()
+    direct = approval_graph(qstore, calls, gate=release)  # another process's copy, resuming the run itself
+    resumer = asyncio.create_task(direct.ainvoke(None, checkpoint_id="run-h", resume={iid: "direct"}))
+
+    async def held():
+        return (await queue.status("run-h")).run_status == "running"
+
+    await until(held)
+    worker = Worker(qstore, [app], concurrency=2, poll=0.05, lease_seconds=0.6)
+    task = await running(worker)
+    seen = set()
+    for _ in range(100):  # not claimed while the run's lease is live (no claim, conflict, hand-back cycle)
+        seen.add((await queue.status("run-h")).state)
+        await asyncio.sleep(0.01)
+    assert seen == {"queued"}
+    release.set()
+    assert await resumer == "H:DIRECT"
+    done = await queue.wait("run-h", timeout=10)
+    await stopped(worker, task)
+    assert done.outcome == "error" and "moved on" in done.error and calls["ask", "h"] == 2
+    assert done.attempts == 1 and done.handbacks == 0
+
+
+async def test_a_claim_that_lost_the_race_for_the_run_is_given_back_as_if_never_made(qstore):
+    """The worker claims a queued resume, and before it claims the run another process does: the worker wrote
+    nothing, so it gives the work back untouched — the next claim is again the first, compare-and-sets on the
+    version the answer was made for, and reports the answer as not applied (not the other process's outcome)."""
+    calls: Counter = Counter()
+    app = approval_graph(qstore, calls)
+    queue = RunQueue(qstore)
+    worker = Worker(qstore, [app], poll=0.05)
+    task = await running(worker)
+    await queue.submit(app, "r", "run-r")
+    (iid,) = (await queue.wait("run-r", timeout=20)).interrupts
+    await stopped(worker, task)
+    claimed, go, release = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    class Racing(Worker):
+        async def _do(self, item, seen):
+            claimed.set()
+            await go.wait()  # meanwhile, the other process takes the run
+            return await super()._do(item, seen)
+
+    worker = Racing(qstore, [app], poll=0.05)
+    task = await running(worker)
+    await queue.resume("run-r", {iid: "queued"})
+    await asyncio.wait_for(claimed.wait(), 10)
+    direct = approval_graph(qstore, calls, gate=release)
+    resumer = asyncio.create_task(direct.ainvoke(None, checkpoint_id="run-r", resume={iid: "direct"}))
+
+    async def held():
+        return (await queue.status("run-r")).run_status == "running"
+
+    await until(held)
+    go.set()
+    await until(lambda: calls["finish", "r"] == 1)
+    release.set()
+    assert await resumer == "R:DIRECT"
+    done = await queue.wait("run-r", timeout=10)
+    await stopped(worker, task)
+    assert done.outcome == "error" and "moved on" in done.error, (done.outcome, done.error)
+    assert done.attempts == 1 and done.handbacks == 0
+
+
+async def test_drains_do_not_count_as_attempts(qstore):
+    """Three rolling restarts drain a long run three times; under max_attempts=2 it still completes its work."""
+    calls: Counter = Counter()
+    app = approval_graph(qstore, calls, slow=0.5)
+    queue = RunQueue(qstore)
+    await queue.submit(app, "d", "run-d")
+    for n in range(1, 4):
+        worker = Worker(qstore, [app], poll=0.05, drain_seconds=0.05, max_attempts=2)
+        task = await running(worker)
+        await until(lambda: calls["prepare", "d"] >= n)
+        await stopped(worker, task)  # drained: handed back
+    worker = Worker(qstore, [app], poll=0.05, max_attempts=2)
+    task = await running(worker)
+    paused = await queue.wait("run-d", timeout=20)
+    await stopped(worker, task)
+    assert paused.outcome == "interrupted", paused.error
+    assert paused.attempts == 4 and paused.handbacks == 3
+
+
+async def test_a_run_whose_worker_died_can_be_resumed_through_the_queue(qstore, tmp_path):
+    """A run left `running` by a dead process (its lease expired) — say a request given up after max_attempts —
+    is resumed through the queue; while its lease is live, it is refused."""
+    import json
+    import signal as sig
+
+    from test_cross_process import finish, start, wait_for_line
+
+    db = getattr(qstore, "url", None) or qstore.path
+    journal = tmp_path / "journal"
+    proc = start(db, "job", "linear", "--sleep-at", "n2", "--lease", "1.0", journal=journal)
+    wait_for_line(journal, "n2")
+    proc.send_signal(sig.SIGKILL)
+    proc.wait(10)
+    queue = RunQueue(qstore)
+    with pytest.raises(QueueError, match="running under a live lease"):
+        await queue.resume("job", None, graph="crash-linear")
+    await asyncio.sleep(1.1)
+    await queue.resume("job", None, graph="crash-linear")
+    worker = Worker(qstore, [crash_graph(qstore, journal)], poll=0.05)
+    task = await running(worker)
+    done = await queue.wait("job", timeout=20)
+    await stopped(worker, task)
+    assert done.outcome == "completed" and done.output == ["n0", "n1", "n2", "n3", "n4"], done.error
+    started = Counter(line.split()[0] for line in journal.read_text().splitlines() if line.split()[1] != "done")
+    assert started == Counter({"n0": 1, "n1": 1, "n2": 2, "n3": 1, "n4": 1})
+    assert json.loads(finish(start(db, "job", "linear", journal=journal))[1]) == ["n0", "n1", "n2", "n3", "n4"]
+
+
+def crash_graph(store, journal):
+    """tests/procs/crash_graphs.py's "linear" graph, compiled here (the worker serves it)."""
+    import argparse
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("crash_graphs", Path(__file__).parent / "procs" / "crash_graphs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = argparse.Namespace(mode="linear", journal=str(journal), sleep_at=None, trigger="any", barrier=None)
+    return module.build(args).compile(store=store)
+
+
+async def test_the_status_says_whether_a_worker_serves_the_graph(qstore, caplog):
+    calls: Counter = Counter()
+    app = approval_graph(qstore, calls)
+    queue = RunQueue(qstore)
+    assert await queue.submit("nobody-serves-this", 1, "run-n") == 0
+    assert "no live worker serves graph 'nobody-serves-this'" in caplog.text
+    with pytest.raises(QueueTimeout, match="no live worker serves graph 'nobody-serves-this': start one"):
+        await queue.wait("run-n", timeout=0.05)
+    worker = Worker(qstore, [app], poll=0.05)
+    task = await running(worker)
+    await queue.submit(app, 2, "run-m")
+    async def serving():
+        return (await queue.status("run-m")).workers == 1  # the worker says so when it starts
+
+    await until(serving)
+    assert (await queue.status("run-n")).workers == 0
+    await stopped(worker, task)
+    assert (await queue.status("run-m")).workers == 0  # it said it stopped
+
+
+# --- the database fails: a restart, a passing error ----------------------------------------------------------
+
+async def test_after_a_postgres_restart_new_work_still_wakes_an_idle_worker_at_once(pg, pg_url):
+    """The LISTEN connection dies with the server; the worker listens again, so work queued after the restart
+    is picked up at once, not at the next poll (30 s here)."""
+    store = SQLStore(pg_url)
+    calls: Counter = Counter()
+    app = approval_graph(store, calls)
+    worker = Worker(store, [app], poll=30.0)
+    task = await running(worker)
+    submitter = RunQueue(SQLStore(pg_url))
+    await asyncio.sleep(0.5)
+    await submitter.submit(app, "a", "run-a")
+    assert (await submitter.wait("run-a", timeout=5)).outcome == "interrupted"
+    await submitter.store.close()
+    pg.restart()
+    await asyncio.sleep(0.5)
+    submitter = RunQueue(SQLStore(pg_url))
+    await submitter.submit(app, "b", "run-b")
+    assert (await submitter.wait("run-b", timeout=5)).outcome == "interrupted"
+    worker.stop()
+    await asyncio.wait_for(task, 30)
+    await submitter.store.close()
+    await store.close()
+
+
+async def test_a_database_error_is_handed_back_never_recorded_as_the_runs_outcome(pg_url):
+    """Postgres refuses version 2 of the run twice — the first step's commit, then the next worker's claim —
+    and the first outcome record once ("too many clients", SQLSTATE 53300, raised by a trigger): the run is
+    never stored as failed, the queue never records an error, and the work completes once the database takes
+    writes again."""
+    import asyncpg
+
+    from pg import database_of
+
+    store = SQLStore(pg_url)
+    calls: Counter = Counter()
+    app = approval_graph(store, calls)
+    queue = RunQueue(store)
+    await queue.status("none")  # the schema
+    raw = await asyncpg.connect(host=pg_url.split("host=", 1)[1], user="postgres", database=database_of(pg_url))
+    await raw.execute("""
+        CREATE SEQUENCE step_fails; CREATE SEQUENCE record_fails;
+        CREATE FUNCTION refuse_step() RETURNS trigger AS $$ BEGIN
+          IF NEW.version = 2 AND nextval('step_fails') <= 2 THEN
+            RAISE EXCEPTION 'sorry, too many clients already (injected)' USING ERRCODE = '53300'; END IF;
+          RETURN NEW; END $$ LANGUAGE plpgsql;
+        CREATE TRIGGER refuse_step BEFORE INSERT ON waypoint_checkpoints FOR EACH ROW EXECUTE FUNCTION refuse_step();
+        CREATE FUNCTION refuse_record() RETURNS trigger AS $$ BEGIN
+          IF NEW.state = 'done' AND nextval('record_fails') <= 1 THEN
+            RAISE EXCEPTION 'sorry, too many clients already (injected)' USING ERRCODE = '53300'; END IF;
+          RETURN NEW; END $$ LANGUAGE plpgsql;
+        CREATE TRIGGER refuse_record BEFORE UPDATE ON waypoint_queue FOR EACH ROW EXECUTE FUNCTION refuse_record();
+    """)
+    await raw.close()
+    worker = Worker(store, [app], poll=0.05)
+    task = await running(worker)
+    await queue.submit(app, "t", "run-t")
+    paused = await queue.wait("run-t", timeout=30)
+    await stopped(worker, task)
+    assert paused.outcome == "interrupted", paused.error
+    assert paused.handbacks >= 1 and paused.attempts == 1 + paused.handbacks
+    assert [m.status for m in await store.history("run-t")].count("failed") == 0
+    assert calls["prepare", "t"] == 2  # the step whose commit was refused ran again
+    await store.close()

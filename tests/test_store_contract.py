@@ -4,6 +4,7 @@ SQLAlchemy+Postgres (the `store` fixture in conftest.py)."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -210,12 +211,32 @@ async def test_expire_removes_only_old_interrupted_runs(store):
 
 
 async def test_lease_renewal_only_by_owner_on_newest(store):
-    await store.put(meta(lease_owner="me", lease_expires=10.0), b"h", {}, [], expected_version=None)
+    await store.put(meta(lease_owner="me", lease_expires=130.0), b"h", {}, [], expected_version=None)
     assert await store.renew_lease("run-1", 1, "me", 99.0) is True
-    assert (await store.get("run-1")).meta.lease_expires == 99.0
+    assert abs((await store.get("run-1")).meta.lease_expires - (await store.clock() + 99.0)) < 5
     assert await store.renew_lease("run-1", 1, "someone-else", 500.0) is False
-    await store.put(meta(version=2, lease_owner="other", lease_expires=50.0), b"h", {}, [], expected_version=1)
+    await store.put(meta(version=2, lease_owner="other", lease_expires=150.0), b"h", {}, [], expected_version=1)
     assert await store.renew_lease("run-1", 1, "me", 500.0) is False  # not the newest any more
+
+
+async def test_leases_are_stamped_on_the_stores_clock_whatever_the_writers_clock_says(store):
+    """The writer's clock reads 1970 (updated_at=100): the store keeps the 30 s it asked for, on its own clock."""
+    await store.put(meta(lease_owner="me", lease_expires=130.0), b"h", {}, [], expected_version=None)
+    stored = (await store.get("run-1")).meta
+    assert stored.updated_at == 100.0  # the writer's own time, kept as written
+    assert abs(stored.lease_expires - (await store.clock() + 30.0)) < 5, stored
+    assert abs(await store.clock() - time.time()) < 5  # the tests' database runs on this host
+    assert [m.lease_expires for m in await store.history("run-1")] == [stored.lease_expires]
+
+
+async def test_an_expired_lease_is_not_renewed(store):
+    """Once a lease expired on the store's clock, its owner may already have been replaced: no revival."""
+    await store.put(meta(lease_owner="me", updated=100.0, lease_expires=100.2), b"h", {}, [], expected_version=None)
+    expired = (await store.get("run-1")).meta.lease_expires
+    while await store.clock() <= expired:
+        await asyncio.sleep(0.05)
+    assert await store.renew_lease("run-1", 1, "me", 30.0) is False
+    assert (await store.get("run-1")).meta.lease_expires == expired
 
 
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
@@ -295,12 +316,13 @@ def test_sqlstore_on_postgres_is_usable_from_another_thread_and_loop(pg_url):
 
     async def main():
         store = SQLStore(pg_url)
-        await store.put(meta(lease_owner="me", lease_expires=10.0), b"h", {}, [], expected_version=None)
+        await store.put(meta(lease_owner="me", lease_expires=130.0), b"h", {}, [], expected_version=None)
         results = []
         thread = threading.Thread(target=lambda: results.append(asyncio.run(store.renew_lease("run-1", 1, "me", 77.0))))
         thread.start()
         await asyncio.get_running_loop().run_in_executor(None, thread.join)
-        assert results == [True] and (await store.get("run-1")).meta.lease_expires == 77.0
+        assert results == [True]
+        assert abs((await store.get("run-1")).meta.lease_expires - (await store.clock() + 77.0)) < 5
         assert len(store._engines) == 1  # the thread's loop disposed its own engine when it closed
         await store.close()
 
@@ -328,7 +350,7 @@ def test_a_version_1_database_is_migrated_in_place(tmp_path):
     assert [m.version for m in old] == [1] and old[0].origin is None
     assert new[0].origin == "old-run@1"
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT version FROM waypoint_schema").fetchall() == [(3,)]
+        assert conn.execute("SELECT version FROM waypoint_schema").fetchall() == [(4,)]
         assert conn.execute("SELECT COUNT(*) FROM waypoint_queue").fetchall() == [(0,)]  # migration 3
 
 

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import CheckpointConflict, WaypointError
+from ..errors import LeaseLost, WaypointError
 from ..node_calls import in_daemon_thread
 from ..scope import current_task
 from ..interrupts import CompositeInterrupt, Interrupt
@@ -291,9 +291,8 @@ class ToolsNode:
         ledger = step.ledger
         check_lease()  # a process that may have lost the run starts nothing more
         if ledger is not None and not ctx.rerun and not await ledger.record(f"start:{c.slot}", True):
-            raise CheckpointConflict(
-                f"run '{ctx.checkpoint_id}': tool '{c.call.name}' (call {c.call.id!r}) was started by another "
-                "process that took this run over; this process does not run it")
+            raise LeaseLost(f"run '{ctx.checkpoint_id}': tool call {c.call.id!r} was started by another process, which "
+                            "runs this step now; this process starts nothing more", checkpoint_id=ctx.checkpoint_id)
         await emit_chunk(self._event(c, "start", data=c.call.arguments, rerun=ctx.rerun,
                                      idempotency_key=ctx.idempotency_key))
         stopped = False

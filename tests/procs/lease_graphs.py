@@ -1,0 +1,80 @@
+"""Graphs the lease and takeover tests run in worker processes (`--graphs lease_graphs:<name>`).
+
+Every side effect is journaled to $FLEET_JOURNAL as "<what> <run> <detail...> <pid>" (one fsynced write
+per line, so lines of concurrent processes never mix); $FLEET_LEASE sets the runs' lease (seconds).
+
+- `sequential`: an agent whose model asks for two tool calls, run one after the other; the tool journals
+  "effect <run> <call> start|done"; call 1 takes $EFFECT_SECONDS (default 0.05), call 2 0.05 s.
+- `slow`: START -> work -> END; `work` journals "work <run> start", sleeps $WORK_SECONDS (default 60)
+  and journals "work <run> done".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from waypoint.engine import END, START, ChatModelAgent, Graph, Message, ToolCall, ToolContext, tool
+from waypoint.engine.task import current_checkpoint_id
+
+
+def journal(*words: object) -> None:
+    path = os.environ.get("FLEET_JOURNAL")
+    if path:
+        line = " ".join(str(w) for w in words) + f" {os.getpid()}\n"
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _lease() -> float:
+    return float(os.environ.get("FLEET_LEASE", "30"))
+
+
+@tool
+async def effect(n: int, ctx: ToolContext) -> str:
+    """A side effect that must not run twice."""
+    journal("effect", ctx.checkpoint_id, ctx.call_id, "start", "rerun" if ctx.rerun else "first")
+    await asyncio.sleep(float(os.environ.get("EFFECT_SECONDS", "0.05")) if n == 1 else 0.05)
+    journal("effect", ctx.checkpoint_id, ctx.call_id, "done")
+    return f"effect {n} done"
+
+
+class AsksTwice:
+    """Asks for two calls at once, then reports — decided from the conversation alone."""
+
+    name = "asks-twice"
+
+    async def generate(self, messages, **_):
+        cid = current_checkpoint_id()
+        journal("model", cid, len(messages))
+        if messages[-1].role == "tool":
+            return Message.assistant("done: " + ", ".join(m.content for m in messages if m.role == "tool"))
+        return Message.assistant(tool_calls=[ToolCall(id=f"call-{n}", name="effect", arguments=f'{{"n": {n}}}')
+                                             for n in (1, 2)])
+
+    async def stream(self, messages, **_):
+        yield await self.generate(messages)
+
+
+def sequential(store):
+    agent = ChatModelAgent(name="sequential", model=AsksTwice(), tools=[effect], sequential_tools=True)
+    return agent.compile(store=store, lease_seconds=_lease())
+
+
+def slow(store):
+    async def work(x):
+        cid = current_checkpoint_id()
+        journal("work", cid, "start")
+        await asyncio.sleep(float(os.environ.get("WORK_SECONDS", "60")))
+        journal("work", cid, "done")
+        return x
+
+    g = Graph(name="slow")
+    g.add_node("work", work)
+    g.add_edge(START, "work")
+    g.add_edge("work", END)
+    return g.compile(store=store, lease_seconds=_lease())

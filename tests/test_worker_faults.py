@@ -1,0 +1,233 @@
+"""Workers under what real fleets meet, with real worker processes on a real Postgres server: a process frozen
+past its lease (SIGSTOP), clocks that disagree, a dead worker's runs taken over, a database that is down or
+restarts. Each test fails on a fleet that lacks the rule it is named for (docs/scale-out.md states them)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from test_cross_process import wait_until
+
+PROCS = Path(__file__).parent / "procs"
+
+
+@pytest.fixture
+def fleet():
+    """Worker processes started by a test (append them); whatever is still running at the end is killed."""
+    procs: list[subprocess.Popen] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+            p.communicate(timeout=10)
+
+
+def worker(url: str, graphs: str, journal: Path, cwd: Path, *, lease: float, skew: float = 0.0,
+           claim: float | None = None, poll: float = 0.2, concurrency: int = 4, **env: str) -> subprocess.Popen:
+    """`waypoint worker --graphs lease_graphs:<graphs>` in a process (tests/procs/worker_proc.py)."""
+    environ = {**os.environ, "PYTHONPATH": str(PROCS), "FLEET_JOURNAL": str(journal), "FLEET_LEASE": str(lease),
+               "WAYPOINT_TEST_SKEW": str(skew), **env}
+    if claim is not None:
+        environ["WAYPOINT_TEST_CLAIM_SECONDS"] = str(claim)
+    cmd = [sys.executable, str(PROCS / "worker_proc.py"), "--db", url, "--graphs", f"lease_graphs:{graphs}",
+           "--concurrency", str(concurrency), "--poll", str(poll), "--pool", "4", "--drain", "10"]
+    return subprocess.Popen(cmd, cwd=cwd, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def lines(journal: Path) -> list[list[str]]:
+    return [line.split() for line in journal.read_text().splitlines()] if journal.exists() else []
+
+
+def queue_call(url: str, fn):
+    """Run `fn(queue)` (a coroutine function) on a fresh store and loop."""
+    import waypoint.engine.models  # noqa: F401 - registers Message, which the agents' outputs are
+    from waypoint.stores import RunQueue, SQLStore
+
+    async def main():
+        store = SQLStore(url)
+        try:
+            return await fn(RunQueue(store))
+        finally:
+            await store.close()
+
+    return asyncio.run(main())
+
+
+def submit(url: str, graph: str, ids: list[str], input: object = "go") -> None:
+    async def go(queue):
+        for cid in ids:
+            await queue.submit(graph, input, cid)
+
+    queue_call(url, go)
+
+
+def wait_all(url: str, ids: list[str], timeout: float = 60) -> list:
+    async def go(queue):
+        return [await queue.wait(cid, timeout=timeout) for cid in ids]
+
+    return queue_call(url, go)
+
+
+def stop(proc: subprocess.Popen) -> str:
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    return err
+
+
+# --- 1. a frozen process starts no tool call --------------------------------------------------------------
+
+@pytest.mark.parametrize("wake", ["while-b-reruns-call-1", "after-b-completed"])
+def test_a_worker_frozen_past_its_lease_starts_no_tool_call_once_it_wakes(pg_url, tmp_path, fleet, wake):
+    """Worker A is frozen (SIGSTOP) inside call 1 of two sequential calls, past its lease. Worker B takes the run
+    over, runs call 1 again (flagged rerun) and call 2, and completes it. A wakes — while B is still inside call 1
+    (nobody has recorded call 2 yet), or once B is done. Either way call 1 returns inside A and A starts nothing
+    more: not call 2, not the next model step. (What stops A is its lease check before the call — its deadline
+    passed, or its renewal was refused; the ledger's refusal of a second `start:` is the line behind it,
+    tested in tests/test_lease.py.)"""
+    journal = tmp_path / "journal"
+    a = worker(pg_url, "sequential", journal, tmp_path, lease=1.5, EFFECT_SECONDS="2")
+    fleet.append(a)
+    submit(pg_url, "sequential", ["seq-1"])
+    wait_until(lambda: ["effect", "seq-1", "call-1", "start", "first", str(a.pid)] in lines(journal), timeout=30)
+    a.send_signal(signal.SIGSTOP)
+    b = worker(pg_url, "sequential", journal, tmp_path, lease=1.5, EFFECT_SECONDS="2")
+    fleet.append(b)
+    if wake == "while-b-reruns-call-1":
+        wait_until(lambda: ["effect", "seq-1", "call-1", "start", "rerun", str(b.pid)] in lines(journal), timeout=30)
+        a.send_signal(signal.SIGCONT)
+    (done,) = wait_all(pg_url, ["seq-1"])
+    assert done.outcome == "completed" and done.output.content == "done: effect 1 done, effect 2 done", done
+    a.send_signal(signal.SIGCONT)
+    stop(a)  # A drains: its run task ends (or would start call 2 first) before it exits
+    stop(b)
+    starts = [(w[2], w[4], w[-1]) for w in lines(journal) if w[0] == "effect" and w[3] == "start"]
+    assert starts == [("call-1", "first", str(a.pid)), ("call-1", "rerun", str(b.pid)),
+                      ("call-2", "first", str(b.pid))], starts
+    models = [w[-1] for w in lines(journal) if w[0] == "model"]
+    assert models.count(str(a.pid)) == 1  # A's first model step; none after it woke
+
+
+# --- 2. leases on one clock ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("victim_skew, thief_skew", [(0.0, 10.0), (-10.0, 0.0)], ids=["thief-ahead", "victim-behind"])
+def test_a_worker_with_a_skewed_clock_never_takes_a_live_run(pg_url, tmp_path, fleet, victim_skew, thief_skew):
+    """Two workers whose wall clocks are 10 s apart, 3 s leases: the healthy owner keeps all four of its runs and
+    no node runs twice, whichever clock is off (the store's clock judges every lease and claim)."""
+    journal = tmp_path / "journal"
+    ids = [f"skew-{i}" for i in range(4)]
+    victim = worker(pg_url, "slow", journal, tmp_path, lease=3.0, skew=victim_skew, WORK_SECONDS="7")
+    fleet.append(victim)
+    submit(pg_url, "slow", ids)
+    wait_until(lambda: sum(1 for w in lines(journal) if w[0] == "work" and w[2] == "start") == 4, timeout=30)
+    thief = worker(pg_url, "slow", journal, tmp_path, lease=3.0, skew=thief_skew, WORK_SECONDS="7")
+    fleet.append(thief)
+    done = wait_all(pg_url, ids)
+    stop(thief)
+    stop(victim)
+    assert [d.outcome for d in done] == ["completed"] * 4
+    starts = Counter((w[1], w[-1]) for w in lines(journal) if w[0] == "work" and w[2] == "start")
+    assert starts == Counter({(cid, str(victim.pid)): 1 for cid in ids}), starts
+    assert all(d.attempts == 1 and d.worker.split(":")[2] == str(victim.pid) for d in done)
+
+
+# --- 7. takeover after a worker dies ------------------------------------------------------------------------
+
+def test_a_dead_workers_run_is_taken_over_one_run_lease_after_its_last_renewal(pg_url, tmp_path, fleet):
+    """Once a run has written, its lease alone decides the takeover: with 2 s run leases and claims that last
+    20 s unrenewed, another worker continues the run about 2 s after the SIGKILL — not when the claim lapses."""
+    journal = tmp_path / "journal"
+    victim = worker(pg_url, "slow", journal, tmp_path, lease=2.0, claim=20.0, WORK_SECONDS="60")
+    fleet.append(victim)
+    submit(pg_url, "slow", ["dead-1"])
+    wait_until(lambda: ["work", "dead-1", "start", str(victim.pid)] in lines(journal), timeout=30)
+    other = worker(pg_url, "slow", journal, tmp_path, lease=2.0, claim=20.0, WORK_SECONDS="0.1")
+    fleet.append(other)
+    time.sleep(1.5)  # the other one is up and idle
+    victim.send_signal(signal.SIGKILL)
+    killed = time.monotonic()
+    victim.wait(10)
+    wait_until(lambda: ["work", "dead-1", "start", str(other.pid)] in lines(journal), timeout=40)
+    took = time.monotonic() - killed
+    (done,) = wait_all(pg_url, ["dead-1"])
+    stop(other)
+    assert done.outcome == "completed" and done.attempts == 2
+    assert took < 2.0 + 2.5, f"taken over {took:.1f} s after the kill"
+
+
+# --- 9/10. a database that is down, or restarts ---------------------------------------------------------------
+
+def test_a_worker_started_while_the_database_is_down_waits_for_it(pg, pg_url, tmp_path, fleet):
+    """The worker's --db points at a socket directory where no server listens yet: it keeps trying (it used to
+    exit 1). Then the server appears there, work is submitted, and the worker does it."""
+    from pg import database_of
+
+    queue_call(pg_url, lambda queue: queue.status("none"))  # creates the schema
+    later = tmp_path / "sock"
+    later.mkdir()
+    url = f"postgresql+asyncpg://postgres@/{database_of(pg_url)}?host={later}"
+    proc = worker(url, "slow", tmp_path / "journal", tmp_path, lease=2.0, poll=0.5, WORK_SECONDS="0")
+    fleet.append(proc)
+    time.sleep(2.0)
+    assert proc.poll() is None, proc.communicate(timeout=5)
+    for name in os.listdir(pg.socket_dir):  # the server comes up at the worker's address
+        if name.startswith(".s.PGSQL."):
+            os.symlink(Path(pg.socket_dir) / name, later / name)
+    submit(pg_url, "slow", ["late-1"])
+    (done,) = wait_all(pg_url, ["late-1"], timeout=30)
+    err = stop(proc)
+    assert done.outcome == "completed" and done.worker.split(":")[2] == str(proc.pid)
+    assert "claiming work failed" in err  # it said what it was waiting for
+
+
+def test_the_worker_command_refuses_a_pool_of_one_in_one_line(pg_url, tmp_path):
+    out = subprocess.run([sys.executable, "-m", "waypoint.cmd.main", "worker", "--db", pg_url, "--graphs",
+                          "lease_graphs:slow", "--pool", "1"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=20, env={**os.environ, "PYTHONPATH": str(PROCS)})
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "--pool 2" in out.stderr and "LISTEN" in out.stderr
+
+
+# --- 4. a database error is not an outcome -----------------------------------------------------------------
+
+def test_a_fleet_with_fewer_connections_than_it_wants_completes_every_run(pg, pg_url, tmp_path, fleet):
+    """Four workers whose role may hold 8 connections, where they would open up to 24 ("too many connections"
+    while runs are in flight): every run pauses, is resumed and completes; no run is stored as failed; no work
+    task dies unhandled; every worker drains and exits 0."""
+    from pg import database_of
+
+    import test_scale_out as scale
+
+    db = database_of(pg_url)
+    pg.sql("CREATE ROLE fleet LOGIN CONNECTION LIMIT 8")
+    pg.sql(f"ALTER DATABASE {db} OWNER TO fleet")
+    limited = pg_url.replace("postgres@", "fleet@")
+    queue_call(limited, lambda queue: queue.status("none"))  # the schema, owned by the workers' role
+    env = {**os.environ, "PYTHONPATH": str(PROCS), "FLEET_JOURNAL": str(tmp_path / "journal"), "FLEET_LEASE": "3"}
+    cmd = [sys.executable, "-m", "waypoint.cmd.main", "worker", "--db", limited, "--graphs", "fleet:build",
+           "--concurrency", "16", "--poll", "0.2", "--pool", "3", "--drain", "10"]
+    workers = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(4)]
+    fleet.extend(workers)
+    ids = [f"run-{i:03d}" for i in range(80)]
+    paused = asyncio.run(scale.submit_all(pg_url, ids))
+    assert all(len(p) == 1 and "unexpected" not in p for p in paused), [p for p in paused if len(p) != 1][:3]
+    asyncio.run(scale.resume_all(pg_url, dict(zip(ids, paused))))
+    done = asyncio.run(scale.wait_all(pg_url, ids))
+    assert [d.outcome for d in done] == ["completed"] * len(ids), [(d.checkpoint_id, d.error) for d in done
+                                                                   if d.outcome != "completed"][:3]
+    assert pg.sql("SELECT COUNT(*) FROM waypoint_checkpoints WHERE status = 'failed'", db=db) == [(0,)]
+    errs = [stop(w) for w in workers]
+    assert not any("never retrieved" in err or "Traceback" in err for err in errs), [e[-2000:] for e in errs
+                                                                                      if "Traceback" in e][:1]
+    assert any("too many connections" in err for err in errs)  # the limit did bite

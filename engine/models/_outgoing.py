@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from ..errors import ModelError, describe
 
-__all__ = ["MAX_DEPTH", "Unsendable", "valid_utf8", "sendable", "depth", "sdk_arguments", "SDK_OPTIONS",
+__all__ = ["offered_tools", "MAX_DEPTH", "Unsendable", "valid_utf8", "sendable", "depth", "sdk_arguments", "SDK_OPTIONS",
            "build_request", "server_of", "accepted_arguments"]
 
 MAX_DEPTH = 256
@@ -37,6 +37,20 @@ SDK_OPTIONS = frozenset({"extra_headers", "extra_query", "timeout"})
 
 class Unsendable(ValueError):
     """A request value cannot be sent as JSON; the message says where and why."""
+
+
+def offered_tools(tools: Any, tool_choice: Any, *, model: str, server: str) -> list[Any]:
+    """`tools` as the `ToolInfo`s a request offers (a `Tool` by its `info`); a `tool_choice` naming none of them
+    is a `ModelError` before anything is sent."""
+    from ..errors import ModelError
+    from .schema import tool_infos
+
+    offered = tool_infos(tools)
+    names = [t.name for t in offered]
+    if tool_choice not in ("auto", "required", "none") and tool_choice not in names:
+        raise ModelError(f"model '{model}' at {server}: tool_choice names tool '{tool_choice}', but the tools "
+                         f"offered are {names}; offer it or choose 'auto'", model=model)
+    return offered
 
 
 def valid_utf8(text: str) -> str:

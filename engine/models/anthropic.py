@@ -16,10 +16,10 @@ from typing import Any
 from ..errors import ModelError
 from ._anthropic_errors import model_error
 from ._anthropic_wire import StreamReader, message_from_response, request
-from ._outgoing import accepted_arguments, build_request, server_of
+from ._outgoing import accepted_arguments, build_request, offered_tools, server_of
 from ._per_loop import ClientPerLoop
 from .base import ToolChoice
-from .schema import Message, ToolInfo, tool_infos
+from .schema import Message, ToolInfo
 
 __all__ = ["AnthropicChatModel"]
 
@@ -66,11 +66,7 @@ class AnthropicChatModel:
     def _request(self, messages: Sequence[Message], tools: Sequence[ToolInfo] | None,
                  tool_choice: ToolChoice) -> dict[str, Any]:
         def build() -> dict[str, Any]:
-            offered = tool_infos(tools)  # a Tool made by @tool is offered by its ToolInfo
-            names = [t.name for t in offered]
-            if tool_choice not in ("auto", "required", "none") and tool_choice not in names:
-                raise ModelError(f"model '{self.name}' at {self.server}: tool_choice names tool '{tool_choice}', "
-                                 f"but the tools offered are {names}; offer it or choose 'auto'", model=self.name)
+            offered = offered_tools(tools, tool_choice, model=self.name, server=self.server)
             out = {"model": self.model, "max_tokens": self.max_tokens, **request(messages, offered, tool_choice)}
             if self.temperature is not None:
                 out["temperature"] = self.temperature

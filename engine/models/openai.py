@@ -15,11 +15,11 @@ from typing import Any
 
 from ..errors import ModelError
 from ._openai_errors import model_error
-from ._outgoing import accepted_arguments, build_request, server_of
+from ._outgoing import accepted_arguments, build_request, offered_tools, server_of
 from ._per_loop import ClientPerLoop
 from ._openai_wire import chunks_from_delta, message_from_completion, request_messages, request_tools
 from .base import ToolChoice
-from .schema import Message, ToolInfo, tool_infos
+from .schema import Message, ToolInfo
 
 __all__ = ["OpenAIChatModel"]
 
@@ -65,11 +65,7 @@ class OpenAIChatModel:
     def _request(self, messages: Sequence[Message], tools: Sequence[ToolInfo] | None,
                  tool_choice: ToolChoice) -> dict[str, Any]:
         def build() -> dict[str, Any]:
-            offered = tool_infos(tools)  # a Tool made by @tool is offered by its ToolInfo
-            names = [t.name for t in offered]
-            if tool_choice not in ("auto", "required", "none") and tool_choice not in names:
-                raise ModelError(f"model '{self.name}' at {self.server}: tool_choice names tool '{tool_choice}', "
-                                 f"but the tools offered are {names}; offer it or choose 'auto'", model=self.name)
+            offered = offered_tools(tools, tool_choice, model=self.name, server=self.server)
             request = {"model": self.model, "messages": request_messages(messages),
                        **request_tools(offered, tool_choice)}
             if self.temperature is not None:

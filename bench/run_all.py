@@ -173,8 +173,9 @@ def header() -> str:
         f"- machine: {platform.platform()}, nproc {_nproc()}",
         f"- python: {platform.python_implementation()} {platform.python_version()} ({sys.executable})",
         f"- langgraph: {langgraph_version()}",
-        "- APIs: Waypoint `await app.ainvoke(...)` inside one event loop; LangGraph sync `invoke(...)` "
-        "(its faster path here: ainvoke measured slower in B1 and B4), except rows that say otherwise",
+        "- APIs: both sides call sync `invoke(...)` for graphs (Waypoint's `ainvoke` runs sync nodes on a thread, "
+        "so a blocking node never stalls a shared loop; its `invoke` owns its loop and runs them inline), and "
+        "Waypoint's agents run through their async `Runner` (B7, B12), except rows that say otherwise",
         "- SQLite settings: Waypoint `SQLiteStore` = WAL + `synchronous=NORMAL` (its default); LangGraph "
         "`SqliteSaver` = WAL + sqlite's default `synchronous=FULL` (fsync per commit). \"as shipped\" rows "
         "compare the defaults; \"both NORMAL\" / \"both FULL\" rows put both on one setting",

@@ -181,6 +181,87 @@ async def test_a_reducer_that_fails_is_a_run_error_naming_field_and_node():
         await app.ainvoke(0)
 
 
+def extend_in_place(current, update):
+    """A reducer of one's own that grows the list it was given (as `operator.iadd` does)."""
+    current.extend(update)
+    return current
+
+
+def picky(current, update):
+    if "bad" in update:
+        raise ValueError("refuses 'bad'")
+    return current + update
+
+
+@register_type(name="tests.reducers.Tagged")
+@dataclass
+class Tagged:
+    tags: Annotated[list, append] = field(default_factory=list)
+    notes: Annotated[list, append] = field(default_factory=list)
+
+
+@register_type(name="tests.reducers.TaggedOwn")
+@dataclass
+class TaggedOwn:
+    tags: Annotated[list, extend_in_place] = field(default_factory=list)
+    notes: Annotated[list, picky] = field(default_factory=list)
+
+
+@pytest.mark.parametrize("state, bad", [(Tagged, "a model's text, not a list"), (TaggedOwn, ["bad"])],
+                         ids=["append-given-a-str", "own-reducers-one-in-place"])
+async def test_a_dag_task_whose_write_fails_writes_nothing_and_its_resume_applies_it_once(state, bad):
+    """A task's writes are applied all or nothing: b's `tags` is not applied when its `notes` fails, the failed
+    version does not hold it, and the resume (b runs again) applies each write once."""
+    runs: list[str] = []
+    broken = [True]
+
+    async def a(x):
+        runs.append("a")
+        return Update({"tags": ["a"], "notes": ["a"]}, output={"a": 1})
+
+    async def b(x):
+        runs.append("b")
+        await asyncio.sleep(0.01)  # a's batch is checkpointed first; b fails in a batch of its own
+        return Update({"tags": ["b"], "notes": bad if broken[0] else ["b"]}, output={"b": 2})
+
+    g = Graph(name="tagged", state=state)
+    g.add_node("a", a)
+    g.add_node("b", b)
+    g.add_node("join", lambda parts, state: (list(state.tags), list(state.notes)))
+    for key in ("a", "b"):
+        g.add_edge(START, key)
+        g.add_edge(key, "join")
+    g.add_edge("join", END)
+    app = g.compile(trigger="all", store=MemoryStore())
+    with pytest.raises(GraphRunError, match="reducer of state field 'notes' failed on the write of node 'b'"):
+        await app.ainvoke(0, checkpoint_id="r")
+    snap = await app.get_run("r")
+    assert snap.meta.status == "failed" and snap.state.tags == ["a"] and snap.state.notes == ["a"]
+    for meta in await app.store.history("r"):  # no version ever held half of b's writes
+        assert "b" not in (await app.get_run("r", version=meta.version)).state.tags
+    broken[0] = False
+    assert await app.ainvoke(None, checkpoint_id="r") == (["a", "b"], ["a", "b"])
+    assert runs == ["a", "b", "b"]
+
+
+def test_a_state_that_refuses_a_value_keeps_every_field_of_that_write_as_it_was():
+    from pydantic import BaseModel, ConfigDict
+
+    from waypoint.engine.reducers import apply_writes, reducers_of
+
+    class Checked(BaseModel):
+        model_config = ConfigDict(validate_assignment=True)
+        tags: Annotated[list, operator.add] = []
+        log: Annotated[list, append] = []
+        count: int = 0
+
+    state = Checked(tags=["a"], log=["a"])
+    reducers = reducers_of(Checked, "g")
+    with pytest.raises(GraphRunError, match="refused the new value of field 'count'"):
+        apply_writes(state, [("b", {"tags": ["b"], "log": ["b"], "count": "many"})], reducers, None, "g")
+    assert (state.tags, state.log, state.count) == (["a"], ["a"], 0)
+
+
 def test_two_reducers_on_one_field_is_a_build_error():
     @dataclass
     class Bad:

@@ -10,8 +10,9 @@
 3. `values` go into the state through the fields' reducers, as a node's `Update` would write them.
 4. `as_node=None`: only the state changes. Pending tasks, pauses and their interrupt IDs stay as they were,
    so a resume answers the same IDs and its nodes see the edited state.
-5. `as_node="n"`: the edit is node n's result. n does not run (a pause of n is over); it sends on
-   `values.output` when `values` is an `Update` (else None), routed by its edges and branches. n must be
+5. `as_node="n"`: the edit is node n's result. n does not run (a pause of n is over); `values` is taken as
+   what n returned and sent on as that return value would be (`Run.stand_in`: n's `post` handler, its
+   `output_key`, its edges and branches); `values.output` is None when `values` is a mapping. n must be
    pending (paused, or waiting to run) — or, in a Pregel graph, nothing may be pending (a completed run
    continues after n). The version is `completed` if that reaches END, else `interrupted`: continue it with
    `ainvoke(None, checkpoint_id=...)`.
@@ -31,7 +32,7 @@ from .checkpoint_content import describe_difference
 from .errors import CheckpointConflict, CheckpointNotFound, GraphMismatch, WaypointError
 from .events import Emitter
 from .reducers import Update, apply_writes
-from .runner import Run, _Done
+from .runner import Run
 from .shape import GraphShape
 from .store import CheckpointMeta
 
@@ -104,8 +105,7 @@ async def _as_node(graph: GraphShape, pos: Any, key: str, update: Update, checkp
                             "node, or edit the state only (as_node=None)")
     run = Run(graph, emitter=Emitter())
     run.pos = pos
-    node = graph.nodes[key]
-    done = _Done(node, update.output, await run._route(node, update.output), writes=[update.values])
+    done = await run.stand_in(key, update)  # as if the node had returned the Update: post, output_key, branches
     run._write([done])
     if key in pos.paused_before:  # a static pause before it is over too
         pos.paused_before.remove(key)

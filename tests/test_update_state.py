@@ -171,6 +171,34 @@ async def test_as_node_on_a_completed_run_continues_after_that_node():
     assert meta.status == "completed" and (await app.get_run("l")).output == "rewritten"
 
 
+@pytest.mark.parametrize("trigger", ["any", "all"])
+async def test_as_node_sends_its_output_on_as_that_nodes_own_return_value_would_be(trigger):
+    """Through the node's `post` handler and `output_key`, so the fan-in after it merges as usual."""
+    def asker(name):
+        def node(x, state):
+            if not get_resume_context()[0]:
+                raise Interrupt(f"{name}?")
+            return Update({"notes": [f"{name} ran"]}, output=f"{name}-out")
+        return node
+
+    g = Graph(name=f"two-{trigger}", state=Ticket)
+    g.add_node("a", asker("a"), output_key="a", post=lambda out, state: Update({"notes": ["a post"]}, output=out.upper()))
+    g.add_node("b", asker("b"), output_key="b")
+    g.add_node("j", lambda x, state: (x, list(state.notes)))
+    for key in ("a", "b"):
+        g.add_edge(START, key)
+        g.add_edge(key, "j")
+    g.add_edge("j", END)
+    app = g.compile(trigger=trigger, store=MemoryStore())
+    with pytest.raises(GraphInterrupted) as paused:
+        await app.ainvoke(0, checkpoint_id="r")
+    ids = {c.info: c.id for c in paused.value.info.contexts}
+    await app.update_state("r", Update({"notes": ["ops"]}, output="by ops"), as_node="a")
+    out, notes = await app.ainvoke(None, checkpoint_id="r", resume={ids["b?"]: True})
+    assert out == {"a": "BY OPS", "b": "b-out"}
+    assert notes == ["ops", "a post", "b ran"]
+
+
 async def test_editing_an_older_version_branches_from_it_on_top_of_the_newest():
     store, keys = MemoryStore(), []
     app = review_app(store, keys=keys)

@@ -213,8 +213,8 @@ class _Session:
         opts = self.opts
         loaded = await self._load_source()
         head = await self._target_head(loaded)
-        self._check_expected(head)
-        if head is not None:
+        self._check_expected(head if head is not None else loaded.meta if loaded is not None else None)
+        if head is not None:  # a branch is judged by the newest version of the run it writes, never the one it read
             self._check_lease(head)
         if loaded is None or (loaded.meta.status == "completed" and opts.version is None and not request):
             self._check_new_run(loaded, input, request)
@@ -290,7 +290,8 @@ class _Session:
         return loaded
 
     async def _target_head(self, loaded: Loaded | None) -> Any:
-        """The newest version of the run written to; a fork may not overwrite a run that exists."""
+        """The newest version of the run written to (None: it holds none yet); a fork may not overwrite a run
+        that exists."""
         if self.target == self.source and self.opts.version is None:
             return loaded.meta if loaded else None
         found = await self.graph.store.history(self.target, limit=1)
@@ -301,7 +302,7 @@ class _Session:
                 f"write_to={self.target!r} already holds a run ({newest.status} at version {newest.version}); "
                 "fork to another ID, or pass force_new_run=True to write the fork on top of it"
             )
-        return newest if newest is not None else (loaded.meta if loaded else None)
+        return newest
 
     def _check_expected(self, head: Any) -> None:
         expected = self.opts.expected_version

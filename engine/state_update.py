@@ -4,9 +4,11 @@
 1. The edit is the run's next version, written by compare-and-set on the newest version it read: a writer in
    between (a resume, another edit) makes it `CheckpointConflict`, and nothing is written. Its `origin` says
    what was edited: `"<id>@<version> update_state"` (`" as <node>"` with `as_node`).
-2. A run running under a live lease is refused (`CheckpointConflict` naming the owner and the expiry). A run
-   whose process died (its lease expired) may have its state edited: it stays `running` under the expired
-   lease, so resuming it takes it over as before.
+2. A run running under a live lease is refused (`CheckpointConflict` naming the owner and the expiry): the
+   run's newest version's lease, whichever version is edited. A run whose process died (its lease expired)
+   may have its state edited: it stays `running` under the expired lease, so resuming it takes it over as
+   before. An edit of an older `running` version (a branch) is `running` under no lease: no process
+   executes it, and a plain resume continues it.
 3. `values` go into the state through the fields' reducers, as a node's `Update` would write them.
 4. `as_node=None`: only the state changes. Pending tasks, pauses and their interrupt IDs stay as they were,
    so a resume answers the same IDs and its nodes see the edited state.
@@ -31,6 +33,7 @@ from .checkpoint import Checkpointer
 from .checkpoint_content import describe_difference
 from .errors import CheckpointConflict, CheckpointNotFound, GraphMismatch, WaypointError
 from .events import Emitter
+from .owners import describe_owner
 from .reducers import Update, apply_writes
 from .runner import Run
 from .shape import GraphShape
@@ -60,10 +63,13 @@ async def update_state(graph: GraphShape, checkpoint_id: str, values: Any, as_no
                             f"{describe_difference(loaded.structure, graph.structure)}; edit it with the graph "
                             "that wrote it")
     pos, meta = loaded.position, loaded.meta
-    if version is not None and version != head.version:  # a branch from an older version
+    branch = version is not None and version != head.version
+    if branch:  # a branch from an older version
         pos.lineage, pos.ledger, pos.answers = os.urandom(8).hex(), head.version + 1, None
     status, error = meta.status, meta.error
-    lease = (meta.lease_owner, meta.lease_expires) if status == "running" else None
+    lease = None
+    if status == "running":  # nobody executes the edited version: a crashed run's expired lease, a branch none
+        lease = (None, None) if branch else (meta.lease_owner, meta.lease_expires)
     if as_node is None:
         apply_writes(pos.state, [("update_state", update.values)], graph.reducers, None, graph.name)
     else:
@@ -87,9 +93,10 @@ async def _head(graph: GraphShape, checkpoint_id: str, expected_version: int | N
                                  "it holds now")
     if head.status == "running" and head.lease_expires is not None and head.lease_expires > time.time():
         clock = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(head.lease_expires))
+        known = describe_owner(head.lease_owner)
         raise CheckpointConflict(
-            f"run '{checkpoint_id}' is running in another process (lease held by {head.lease_owner} until "
-            f"{clock}); edit its state once it has paused or finished")
+            f"run '{checkpoint_id}' is running (lease held by {head.lease_owner} until {clock}"
+            f"{'; ' + known if known else ''}); edit its state once it has paused or finished")
     return head
 
 

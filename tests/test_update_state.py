@@ -107,7 +107,7 @@ async def test_a_running_run_under_a_live_lease_is_refused_and_nothing_is_writte
     task = asyncio.ensure_future(app.ainvoke(1, checkpoint_id="r"))
     await started.wait()
     before = await store.history("r")
-    with pytest.raises(CheckpointConflict, match=r"run 'r' is running in another process \(lease held by .+ until"):
+    with pytest.raises(CheckpointConflict, match=r"run 'r' is running \(lease held by .+ until .+; that is this very process, executing it right now\); edit its state once"):
         await app.update_state("r", {"amount": 5})
     assert await store.history("r") == before
     release.set()
@@ -212,6 +212,25 @@ async def test_editing_an_older_version_branches_from_it_on_top_of_the_newest():
                                                                                    "paid": 9}
     # the branch's review has keys of its own: an external system never takes it for the first answer's work
     assert keys[2] not in keys[:2]
+
+
+async def test_a_branch_from_an_old_running_version_writes_no_lease_and_is_judged_by_the_newest_version_only():
+    """Right after a run completed, the versions it wrote while running still carry leases that look live:
+    editing one, forking from one or travelling back to one is judged by the run's newest version only, and
+    the edit continues with a plain resume (no takeover, no wait)."""
+    store = MemoryStore()
+    app = review_app(store)
+    first = await pause(app)
+    await app.ainvoke(None, checkpoint_id="t", resume={first: "yes"})  # v4 claim (running) ... v6 completed
+    running = [m.version for m in await store.history("t") if m.status == "running" and m.version > 3]
+    assert running and (await app.get_run("t", version=running[0])).meta.lease_expires > time.time()
+    meta = await app.update_state("t", {"amount": 9}, version=running[0])
+    assert meta.status == "running" and meta.lease_owner is None and meta.lease_expires is None
+    # the version after review ran (pay pending): pay runs on the edited amount
+    assert await app.ainvoke(None, checkpoint_id="t") == {"answer": "yes", "amount": 120, "paid": 9}
+    await app.ainvoke(None, checkpoint_id="t", version=running[0], write_to="fork")  # was: "run 't' is running"
+    assert (await app.get_run("fork")).meta.status == "completed"
+    assert (await app.get_run("t", version=running[0])).meta.status == "running"  # history is as it was
 
 
 async def test_a_run_whose_process_died_keeps_its_expired_lease_and_is_taken_over_with_the_edit():

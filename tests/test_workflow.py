@@ -8,7 +8,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from waypoint.engine import (
     END,
@@ -288,3 +288,20 @@ def test_what_a_workflow_refuses_to_build():
     wf.compile()
     with pytest.raises(GraphBuildError, match="already compiled"):
         node.add_dependency(START)
+
+
+
+class Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    question: str = ""
+
+
+def ask_open(req: Open) -> dict:
+    return req.model_dump()
+
+
+def test_a_static_value_or_mapping_into_a_model_that_allows_extra_fields_is_not_refused():
+    wf = Workflow(name="open")
+    wf.add_node("ask", ask_open).add_input(START, map_fields("q", "question")).set_static_value("top_kk", 2)
+    wf.end().add_input("ask")
+    assert asyncio.run(wf.compile().ainvoke({"q": "why"})) == {"question": "why", "top_kk": 2}

@@ -52,6 +52,7 @@ from .resume import (
     awaits_answer,
     interrupt_info,
     pending_interrupt_ids,
+    reissue_ids,
     retire_failed_answers,
     standing_answers,
 )
@@ -242,6 +243,8 @@ class _Session:
             self.cp.origin = f"{self.source}@{loaded.meta.version}"
             run.pos.ledger = (self.cp.version or 0) + 1
             run.pos.lineage = os.urandom(8).hex()
+            # and the pauses it re-opens but does not answer now get new IDs (docs/resume.md)
+            reissue_ids(run.pos, answered_ids(run.pos, request, f"runnable:{self.graph.name}"))
         self.resumed_from = loaded
         self.claiming = True  # the claim, with its answers: compare-and-set before any node runs
 

@@ -9,8 +9,9 @@ A state class declares a reducer per field with `typing.Annotated` (LangGraph's 
         best: Annotated[int, max] = 0          # any function (current, update) -> new value
         summary: str = ""                      # no reducer: a write replaces it
 
-A node writes fields by returning `Update({"notes": [...]}, output=...)`. The engine applies every write
-of a step after its tasks finished, in graph order (the order nodes were added), each field through its
+A node writes fields by returning `Update({"notes": [...]}, output=...)`. The engine applies a task's writes
+when it applies the task — Pregel after the superstep, in graph order (the order nodes were added); a DAG
+each batch as it finishes, in graph order within the batch — each field through its
 reducer: `new = reducer(current, update)` (a field a dict state does not hold yet starts from the empty
 value of its declared container type, else None). The writes of one `apply_writes` call are applied all or
 nothing: every reducer runs before any field changes. A field without a

@@ -19,7 +19,8 @@
    continues after n). The version is `completed` if that reaches END, else `interrupted`: continue it with
    `ainvoke(None, checkpoint_id=...)`.
 6. `version=N` edits an older version; the edit is written on top of the newest, as a branch with its own
-   tool-ledger page and idempotency keys (like a resume with `version=`).
+   tool-ledger page and idempotency keys (like a resume with `version=`), and every pause of version N it
+   re-opens gets a new ID (`reissue_ids`): an answer replayed to the old ID is `UnknownInterrupt`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .errors import CheckpointConflict, CheckpointNotFound, GraphMismatch, Waypo
 from .events import Emitter
 from .owners import describe_owner
 from .reducers import Update, apply_writes
+from .resume import reissue_ids
 from .runner import Run
 from .shape import GraphShape
 from .store import CheckpointMeta
@@ -64,8 +66,9 @@ async def update_state(graph: GraphShape, checkpoint_id: str, values: Any, as_no
                             "that wrote it")
     pos, meta = loaded.position, loaded.meta
     branch = version is not None and version != head.version
-    if branch:  # a branch from an older version
+    if branch:  # a branch from an older version: keys of its own, and the pauses it re-opens new IDs
         pos.lineage, pos.ledger, pos.answers = os.urandom(8).hex(), head.version + 1, None
+        reissue_ids(pos)
     status, error = meta.status, meta.error
     lease = None
     if status == "running":  # nobody executes the edited version: a crashed run's expired lease, a branch none

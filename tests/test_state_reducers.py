@@ -22,6 +22,7 @@ from waypoint.engine import (
     Graph,
     GraphBuildError,
     GraphRunError,
+    NodeError,
     RetryPolicy,
     Update,
     add_messages,
@@ -92,6 +93,30 @@ async def test_parallel_branches_merge_field_by_field_in_graph_order_whatever_fi
         "messages": [{"id": "m1", "text": "final"}, {"id": "m2"}],  # add_messages: b's m1 replaced a's
         "summary": "c was here",  # no reducer, one writer: replaced
     }
+
+
+async def test_a_dag_applies_each_batch_as_it_finishes_in_graph_order_within_the_batch():
+    """docs/state.md: Pregel waits for the superstep and applies in graph order; a DAG applies eagerly, so
+    tasks that finished apart are applied in the order they finished, and one batch in graph order."""
+    slow_may_go = asyncio.Event()
+
+    def writer(name, wait=None):
+        async def node(x):
+            if wait is not None:
+                await wait.wait()
+                await asyncio.sleep(0.02)  # the others' batch is applied first
+            elif name == "fast":
+                slow_may_go.set()
+            return Update({"notes": [name]}, output={name: 1})
+        return node
+
+    nodes = {"slow": writer("slow", slow_may_go), "fast": writer("fast"), "x": writer("x"), "y": writer("y")}
+    seen = []
+    join = lambda parts, state: seen.append(list(state.notes)) or "done"  # noqa: E731
+    assert await fan_out(nodes, join=join).ainvoke(0) == "done"
+    assert await fan_out(nodes, join=join, trigger="all").ainvoke(0) == "done"
+    # Pregel: graph order. DAG: fast, x and y finish together (their batch in graph order), slow after them.
+    assert seen == [["slow", "fast", "x", "y"], ["fast", "x", "y", "slow"]]
 
 
 async def test_a_field_without_a_reducer_written_by_two_branches_in_one_step_is_an_error_naming_both():
@@ -434,3 +459,31 @@ async def test_a_conversation_of_messages_costs_each_step_only_what_it_appended(
     await app.ainvoke(0, checkpoint_id="c")
     assert max(codec.packed[5:-5]) < 1000  # one message (~400 bytes), not the conversation (up to 32 KB)
     assert len((await app.get_run("c")).state.messages) == 80
+
+
+@pytest.mark.parametrize("durability, first_item", [("step", "orig"), ("exit", "changed in place")])
+async def test_a_failure_stores_the_last_finished_step_as_written_so_an_unseen_in_place_change_is_lost(durability,
+                                                                                                   first_item):
+    """docs/state.md: a pause or an end stores an append-owned list exactly; a failure stores the last finished
+    step — in durability="step" as that step's version was written (the change was never looked at), in "exit"
+    as it was kept in memory (whole)."""
+    def second(x, state):
+        state.entries[0]["v"] = "changed in place"  # breaks the append-owned contract
+        return Update({"entries": [{"v": "second"}]}, output=x)
+
+    def third(x, state):
+        raise RuntimeError("boom")
+
+    g = Graph(name="stop", state=Log)
+    g.add_node("first", lambda x: Update({"entries": [{"v": "orig"}]}, output=x))
+    g.add_node("second", second)
+    g.add_node("third", third)
+    g.add_edge(START, "first")
+    g.add_edge("first", "second")
+    g.add_edge("second", "third")
+    g.add_edge("third", END)
+    app = g.compile(store=MemoryStore(), durability=durability)
+    with pytest.raises(NodeError):
+        await app.ainvoke(0, checkpoint_id="s")
+    snap = await app.get_run("s")
+    assert snap.meta.status == "failed" and [e["v"] for e in snap.state.entries] == [first_item, "second"]

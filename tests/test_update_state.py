@@ -24,6 +24,7 @@ from waypoint.engine import (
     GraphInterrupted,
     GraphRunError,
     Interrupt,
+    UnknownInterrupt,
     Update,
     WaypointError,
     append,
@@ -208,6 +209,9 @@ async def test_editing_an_older_version_branches_from_it_on_top_of_the_newest():
     assert (meta.version, meta.status, meta.origin) == (7, "interrupted", "t@3 update_state")
     snap = await app.get_run("t")
     (ctx,) = snap.interrupts.contexts
+    assert ctx.id != first  # the re-opened pause has an ID of its own: the first answer, replayed, answers nothing
+    with pytest.raises(UnknownInterrupt, match=f"no pending interrupt has ID {first}"):
+        await app.ainvoke(None, checkpoint_id="t", resume={first: "replayed"})
     assert await app.ainvoke(None, checkpoint_id="t", resume={ctx.id: "no"}) == {"answer": "no", "amount": 9,
                                                                                    "paid": 9}
     # the branch's review has keys of its own: an external system never takes it for the first answer's work

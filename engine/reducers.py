@@ -250,10 +250,10 @@ def _stage(state: Any, writes: list[tuple[str, Mapping[str, Any]]], reducers: Re
             try:
                 if fn is append or fn is add_messages:
                     _check_append(fn, current, value)
-                    if staged or current is None:  # a list of this step's own: grow it now
+                    if current is not None and current is _current(state, name):  # the state's own list:
+                        appends.append((name, fn, current, value))  # grown once every write is known to apply
+                    else:  # none yet, or one of this step's own (staged, or a dict state's empty one): grow it now
                         new[name] = fn(current, value)
-                    else:  # the state's list: grown once every write of the step is known to apply
-                        appends.append((name, fn, current, value))
                 else:
                     if not staged and type(current) in _OWN_COPY:
                         current = current.copy()  # it may change it in place, then raise (or a later one may)

@@ -173,12 +173,20 @@ async def test_typed_dict_state_with_operator_add_starts_from_an_empty_list_as_i
         log: Annotated[list, operator.add]
         last: str
 
+    class T(TypedDict, total=False):  # the built-ins, on fields the dict does not hold yet
+        notes: Annotated[list, append]
+        messages: Annotated[list, add_messages]
+
     seen = []
     app = fan_out({"a": lambda x: Update({"log": ["a"]}, output={"a": 1}),
                    "b": lambda x: Update({"log": ["b"], "last": "b"}, output={"b": 1})},
                   state=S, join=lambda parts, state: seen.append(dict(state)) or "done")
     assert await app.ainvoke(0) == "done"
-    assert seen == [{"log": ["a", "b"], "last": "b"}]
+    app = fan_out({"a": lambda x: Update({"notes": ["a"], "messages": [{"id": 1}]}, output={"a": 1}),
+                   "b": lambda x: Update({"notes": ["b"], "messages": [{"id": 1, "v": 2}]}, output={"b": 1})},
+                  state=T, join=lambda parts, state: seen.append(dict(state)) or "done")
+    assert await app.ainvoke(0) == "done"
+    assert seen == [{"log": ["a", "b"], "last": "b"}, {"notes": ["a", "b"], "messages": [{"id": 1, "v": 2}]}]
 
 
 async def test_a_post_handler_may_write_too_after_a_retried_node():

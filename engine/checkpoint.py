@@ -166,8 +166,8 @@ class Checkpointer:
         Unchanged parts are not sent again; if the store lost some of them meanwhile (a `prune` that
         raced this run), the whole version is written again. `journal` says which state fields only grew
         through an append-owned reducer since the last write (engine/reducers.py): their new items are
-        written without looking at the old ones, except when the run stops (any status but `running`),
-        where every list is compared in full. `lease` (owner, expiry) is written instead of this writer's
+        written without looking at the old ones, except in a version that is not `running` (a pause or an
+        end), where every list is compared in full. (A failure or cancel writes no new content: `mark`.) `lease` (owner, expiry) is written instead of this writer's
         own for a `running` version (an edit of a run whose process died keeps its expired lease).
         """
         try:

@@ -57,6 +57,7 @@ from .resume import (
     awaits_answer,
     interrupt_info,
     pending_interrupt_ids,
+    reissue_ids,
     retire_failed_answers,
     standing_answers,
 )
@@ -219,8 +220,8 @@ class _Session:
         opts = self.opts
         loaded = await self._load_source()
         head = await self._target_head(loaded)
-        self._check_expected(head)
-        if head is not None:
+        self._check_expected(head if head is not None else loaded.meta if loaded is not None else None)
+        if head is not None:  # a branch is judged by the newest version of the run it writes, never the one it read
             await self._check_lease(head)
         if loaded is None or (loaded.meta.status == "completed" and opts.version is None and not request):
             self._check_new_run(loaded, input, request)
@@ -248,6 +249,8 @@ class _Session:
             self.cp.origin = f"{self.source}@{loaded.meta.version}"
             run.pos.ledger = (self.cp.version or 0) + 1
             run.pos.lineage = os.urandom(8).hex()
+            # and the pauses it re-opens but does not answer now get new IDs (docs/resume.md)
+            reissue_ids(run.pos, answered_ids(run.pos, request, f"runnable:{self.graph.name}"))
         self.resumed_from = loaded
         self.claiming = True  # the claim, with its answers: compare-and-set before any node runs
 
@@ -296,7 +299,8 @@ class _Session:
         return loaded
 
     async def _target_head(self, loaded: Loaded | None) -> Any:
-        """The newest version of the run written to; a fork may not overwrite a run that exists."""
+        """The newest version of the run written to (None: it holds none yet); a fork may not overwrite a run
+        that exists."""
         if self.target == self.source and self.opts.version is None:
             return loaded.meta if loaded else None
         found = await self.graph.store.history(self.target, limit=1)
@@ -307,7 +311,7 @@ class _Session:
                 f"write_to={self.target!r} already holds a run ({newest.status} at version {newest.version}); "
                 "fork to another ID, or pass force_new_run=True to write the fork on top of it"
             )
-        return newest if newest is not None else (loaded.meta if loaded else None)
+        return newest
 
     def _check_expected(self, head: Any) -> None:
         expected = self.opts.expected_version

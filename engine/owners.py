@@ -81,6 +81,8 @@ def describe_owner(owner: str | None) -> str:
         return ""
     if state is OwnerState.EXECUTING_HERE:
         return "that is this very process, executing it right now"
+    if parsed[1] == os.getpid():
+        return "that is this very process, which no longer executes it (its run here stopped before its end was written)"
     return f"that is process {parsed[1]} on this host, and it is {'alive' if state is OwnerState.ALIVE else 'gone'}"
 
 

@@ -9,10 +9,12 @@ A state class declares a reducer per field with `typing.Annotated` (LangGraph's 
         best: Annotated[int, max] = 0          # any function (current, update) -> new value
         summary: str = ""                      # no reducer: a write replaces it
 
-A node writes fields by returning `Update({"notes": [...]}, output=...)`. The engine applies every write
-of a step after its tasks finished, in graph order (the order nodes were added), each field through its
+A node writes fields by returning `Update({"notes": [...]}, output=...)`. The engine applies a task's writes
+when it applies the task — Pregel after the superstep, in graph order (the order nodes were added); a DAG
+each batch as it finishes, in graph order within the batch — each field through its
 reducer: `new = reducer(current, update)` (a field a dict state does not hold yet starts from the empty
-value of its declared container type, else None). A field without a
+value of its declared container type, else None). The writes of one `apply_writes` call are applied all or
+nothing: every reducer runs before any field changes. A field without a
 reducer takes one write per step; two tasks writing it in one step (or, in a DAG, two tasks that may run
 in parallel) is a `GraphRunError` naming the field and the nodes — declare a reducer to merge them.
 
@@ -208,8 +210,12 @@ class StateJournal:
 def apply_writes(state: Any, writes: list[tuple[str, Mapping[str, Any]]], reducers: Reducers,
                  journal: StateJournal | None, graph: str) -> dict[str, str]:
     """Apply `(node, values)` writes in order, each field through its reducer; return the fields without a
-    reducer that were written, with their writer. Raises `GraphRunError` — before anything is applied — for
-    a state without fields, an unknown field, or a field without a reducer written twice."""
+    reducer that were written, with their writer.
+
+    All or nothing: a `GraphRunError` — a state without fields, an unknown field, a field without a reducer
+    written twice, a reducer that raises — leaves the state as it was. Every reducer runs before any field
+    changes: `append` / `add_messages` only check their update then (they append once all is well), and a
+    reducer of one's own gets a copy of a list, dict or set it might change in place."""
     once: dict[str, str] = {}
     for node, values in writes:
         for name in values:
@@ -222,29 +228,91 @@ def apply_writes(state: Any, writes: list[tuple[str, Mapping[str, Any]]], reduce
                     f"in one step and has no reducer to merge them; declare one "
                     f"(Annotated[..., append] or a function (current, update) -> new) or write it once")
             once[name] = node
+    new, appends = _stage(state, writes, reducers, graph)
+    _commit(state, new, appends, journal, graph)
+    return once
+
+
+def _stage(state: Any, writes: list[tuple[str, Mapping[str, Any]]], reducers: Reducers,
+           graph: str) -> tuple[dict[str, Any], list[tuple[str, Callable[..., Any], list[Any], Any]]]:
+    """Run every reducer without changing the state: the fields' new values, and the appends `append` /
+    `add_messages` will make to a list the state holds (`(field, reducer, list, update)`, checked first)."""
+    new: dict[str, Any] = {}
+    appends: list[tuple[str, Callable[..., Any], list[Any], Any]] = []
     for node, values in writes:
         for name, value in values.items():
             fn = reducers.by_field.get(name)
             if fn is None:
-                _set(state, name, value)
-            else:
-                current = _get(state, name, reducers.empty.get(name))
-                _set(state, name, _reduce(fn, name, current, value, journal, node, graph))
-    return once
+                new[name] = value
+                continue
+            staged = name in new
+            current = new[name] if staged else _get(state, name, reducers.empty.get(name))
+            try:
+                if fn is append or fn is add_messages:
+                    _check_append(fn, current, value)
+                    if current is not None and current is _current(state, name):  # the state's own list:
+                        appends.append((name, fn, current, value))  # grown once every write is known to apply
+                    else:  # none yet, or one of this step's own (staged, or a dict state's empty one): grow it now
+                        new[name] = fn(current, value)
+                else:
+                    if not staged and type(current) in _OWN_COPY:
+                        current = current.copy()  # it may change it in place, then raise (or a later one may)
+                    new[name] = fn(current, value)
+            except Exception as err:
+                raise GraphRunError(f"graph '{graph}': the reducer of state field '{name}' failed on the write of "
+                                    f"node '{node}': {type(err).__name__}: {err}") from err
+    return new, appends
 
 
-def _reduce(fn: Callable[[Any, Any], Any], name: str, current: Any, value: Any, journal: StateJournal | None,
-            node: str, graph: str) -> Any:
+_OWN_COPY = (list, dict, set)
+
+
+def _check_append(fn: Callable[..., Any], current: Any, update: Any) -> None:
+    """Raise what `append` / `add_messages` would raise on this write, before it changes anything: the update
+    is not a list or tuple, an item's ID cannot be looked up, the field holds no list."""
+    who = "append" if fn is append else "add_messages"
+    items = _items(update, who)
+    if fn is add_messages:
+        for item in items:
+            hash(_item_id(item))
+    if current is not None and type(current) is not list:
+        raise TypeError(f"{who}: the field holds a {type(current).__name__}, not a list")
+
+
+def _commit(state: Any, new: dict[str, Any], appends: list[tuple[str, Callable[..., Any], list[Any], Any]],
+            journal: StateJournal | None, graph: str) -> None:
+    """Set the staged fields (each one set back if a later one cannot be: a model validating assignments),
+    then grow the state's lists (which cannot fail once checked)."""
+    done: list[tuple[str, Any]] = []
     try:
-        if fn is add_messages and journal is not None:
-            new, appended_only = _add_by_id(current, value, journal.memos.setdefault(name, {}))
-            if not appended_only:
-                journal.replaced.add(name)
-            return new
-        return fn(current, value)
+        for name, value in new.items():
+            done.append((name, _current(state, name)))
+            _set(state, name, value)
     except Exception as err:
-        raise GraphRunError(f"graph '{graph}': the reducer of state field '{name}' failed on the write of node "
-                            f"'{node}': {type(err).__name__}: {err}") from err
+        for name, old in reversed(done[:-1]):
+            if old is _ABSENT:
+                state.pop(name, None)
+            else:
+                _set(state, name, old)
+        raise GraphRunError(f"graph '{graph}': the state {type(state).__name__} refused the new value of field "
+                            f"'{done[-1][0]}': {type(err).__name__}: {err}") from err
+    for name, fn, target, update in appends:
+        if fn is append:
+            target.extend(update)
+        elif journal is None:
+            _add_by_id(target, update, None)
+        elif not _add_by_id(target, update, journal.memos.setdefault(name, {}))[1]:
+            journal.replaced.add(name)
+
+
+_ABSENT = object()
+
+
+def _current(state: Any, name: str) -> Any:
+    """What the field holds now (`_ABSENT`: a dict state does not have it)."""
+    if isinstance(state, dict):
+        return state.get(name, _ABSENT)
+    return getattr(state, name, None)
 
 
 def _check_field(state: Any, name: str, reducers: Reducers, node: str, graph: str) -> None:

@@ -27,13 +27,14 @@ from .interrupts import (
     InterruptInfo,
     StatefulInterrupt,
     legacy_interrupt_id,
+    new_interrupt_id,
 )
 from .position import InterruptRecord, RunPosition
 from .scope import _TASK, current_task
 
 __all__ = ["ResumeRequest", "get_interrupt_state", "get_interrupt_info", "get_resume_context", "address_segment",
            "segment_of", "escape_part", "unescape_part", "pause_again", "get_interrupt_id", "answers_below",
-           "answered_earlier", "retire_failed_answers",
+           "answered_earlier", "retire_failed_answers", "reissue_ids",
            "pending_interrupt_ids", "static_pauses", "awaits_answer", "record_awaits", "has_static_pause",
            "interrupt_info"]
 
@@ -421,6 +422,21 @@ def retire_failed_answers(pos: RunPosition, status: str, address: str) -> None:
                 r.id = hashlib.blake2b(f"{r.id}/asked again".encode(), digest_size=8).hexdigest()
 
     walk(pos)
+
+
+def reissue_ids(pos: RunPosition, keep: frozenset[str] = frozenset()) -> None:
+    """A branch (a fork, time travel, an edit of an older version) re-opens the pauses of the version it
+    starts from: each gets a new ID there, nested runs' too, except those in `keep` (the ones the branching
+    call itself answers, by the ID it read at that version). An answer replayed to the old line never answers
+    a re-opened pause; the new IDs are read from the stored branch (`get_run`) or the pause it raises."""
+    for when, keys in (("before", pos.paused_before), ("after", pos.paused_after)):
+        for key in keys:
+            pos.static_ids[f"{when}:{key}"] = new_interrupt_id()
+    for record in _with_subs(pos.interrupts.values()):
+        if record.child is not None:
+            reissue_ids(record.child, keep)
+        elif record.id not in keep:
+            record.id = new_interrupt_id()
 
 
 def answered_ids(pos: RunPosition, request: ResumeRequest | None, address: str) -> frozenset[str]:

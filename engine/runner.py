@@ -555,6 +555,10 @@ class Run:
                 output = await in_daemon_thread(fn.call, plain, state) if self.offload_sync else fn.call(plain, state)
             else:
                 output = await runnable.invoke(runnable._value(value), state)
+        return await self._sent(node, output, state)
+
+    async def _sent(self, node: CNode, output: Any, state: Any) -> Any:
+        """What a node sends on, from what it returned: an `Update`'s writes kept, `post`, `output_key`."""
         if type(output) is Update:
             output = self._took(node, output)
         if node.post is not None:
@@ -565,6 +569,24 @@ class Run:
             k = node.output_key
             output = Chunks([{k: c} for c in output.items]) if type(output) is Chunks else {k: output}
         return output
+
+    async def stand_in(self, key: str, returned: Any) -> _Done:
+        """Node `key`'s task finished as if the node had returned `returned`, without running it (what
+        `update_state(as_node=key)` writes): its `post` handler, `output_key` and branches as for a real return."""
+        node = self.graph.nodes[key]
+        path = self.path + (key,)
+        token = _TASK.set(self._scope(node, path))
+        try:
+            output = await self._sent(node, returned, self.pos.state)
+            targets = await self._route(node, output)
+        except Exception as err:
+            self._writes.pop(key, None)
+            if raised_for(path, err):
+                raise
+            raise NodeError(path, err) from err
+        finally:
+            _TASK.reset(token)
+        return _Done(node, output, targets, None, self._writes.pop(key, None))
 
     def _took(self, node: CNode, update: Update) -> Any:
         """Keep an `Update`'s writes for when the task is applied; what the node sends on is its output."""

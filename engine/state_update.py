@@ -4,19 +4,23 @@
 1. The edit is the run's next version, written by compare-and-set on the newest version it read: a writer in
    between (a resume, another edit) makes it `CheckpointConflict`, and nothing is written. Its `origin` says
    what was edited: `"<id>@<version> update_state"` (`" as <node>"` with `as_node`).
-2. A run running under a live lease is refused (`CheckpointConflict` naming the owner and the expiry). A run
-   whose process died (its lease expired) may have its state edited: it stays `running` under the expired
-   lease, so resuming it takes it over as before.
+2. A run running under a live lease is refused (`CheckpointConflict` naming the owner and the expiry): the
+   run's newest version's lease, whichever version is edited. A run whose process died (its lease expired)
+   may have its state edited: it stays `running` under the expired lease, so resuming it takes it over as
+   before. An edit of an older `running` version (a branch) is `running` under no lease: no process
+   executes it, and a plain resume continues it.
 3. `values` go into the state through the fields' reducers, as a node's `Update` would write them.
 4. `as_node=None`: only the state changes. Pending tasks, pauses and their interrupt IDs stay as they were,
    so a resume answers the same IDs and its nodes see the edited state.
-5. `as_node="n"`: the edit is node n's result. n does not run (a pause of n is over); it sends on
-   `values.output` when `values` is an `Update` (else None), routed by its edges and branches. n must be
+5. `as_node="n"`: the edit is node n's result. n does not run (a pause of n is over); `values` is taken as
+   what n returned and sent on as that return value would be (`Run.stand_in`: n's `post` handler, its
+   `output_key`, its edges and branches); `values.output` is None when `values` is a mapping. n must be
    pending (paused, or waiting to run) — or, in a Pregel graph, nothing may be pending (a completed run
    continues after n). The version is `completed` if that reaches END, else `interrupted`: continue it with
    `ainvoke(None, checkpoint_id=...)`.
 6. `version=N` edits an older version; the edit is written on top of the newest, as a branch with its own
-   tool-ledger page and idempotency keys (like a resume with `version=`).
+   tool-ledger page and idempotency keys (like a resume with `version=`), and every pause of version N it
+   re-opens gets a new ID (`reissue_ids`): an answer replayed to the old ID is `UnknownInterrupt`.
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ from .checkpoint import Checkpointer
 from .checkpoint_content import describe_difference
 from .errors import CheckpointConflict, CheckpointNotFound, GraphMismatch, WaypointError
 from .events import Emitter
+from .owners import describe_owner
 from .reducers import Update, apply_writes
-from .runner import Run, _Done
+from .resume import reissue_ids
+from .runner import Run
 from .shape import GraphShape
 from .store import CheckpointMeta
 
@@ -59,10 +65,14 @@ async def update_state(graph: GraphShape, checkpoint_id: str, values: Any, as_no
                             f"{describe_difference(loaded.structure, graph.structure)}; edit it with the graph "
                             "that wrote it")
     pos, meta = loaded.position, loaded.meta
-    if version is not None and version != head.version:  # a branch from an older version
+    branch = version is not None and version != head.version
+    if branch:  # a branch from an older version: keys of its own, and the pauses it re-opens new IDs
         pos.lineage, pos.ledger, pos.answers = os.urandom(8).hex(), head.version + 1, None
+        reissue_ids(pos)
     status, error = meta.status, meta.error
-    lease = (meta.lease_owner, meta.lease_expires) if status == "running" else None
+    lease = None
+    if status == "running":  # nobody executes the edited version: a crashed run's expired lease, a branch none
+        lease = (None, None) if branch else (meta.lease_owner, meta.lease_expires)
     if as_node is None:
         apply_writes(pos.state, [("update_state", update.values)], graph.reducers, None, graph.name)
     else:
@@ -86,9 +96,10 @@ async def _head(graph: GraphShape, checkpoint_id: str, expected_version: int | N
                                  "it holds now")
     if head.status == "running" and head.lease_expires is not None and head.lease_expires > time.time():
         clock = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(head.lease_expires))
+        known = describe_owner(head.lease_owner)
         raise CheckpointConflict(
-            f"run '{checkpoint_id}' is running in another process (lease held by {head.lease_owner} until "
-            f"{clock}); edit its state once it has paused or finished")
+            f"run '{checkpoint_id}' is running (lease held by {head.lease_owner} until {clock}"
+            f"{'; ' + known if known else ''}); edit its state once it has paused or finished")
     return head
 
 
@@ -104,8 +115,7 @@ async def _as_node(graph: GraphShape, pos: Any, key: str, update: Update, checkp
                             "node, or edit the state only (as_node=None)")
     run = Run(graph, emitter=Emitter())
     run.pos = pos
-    node = graph.nodes[key]
-    done = _Done(node, update.output, await run._route(node, update.output), writes=[update.values])
+    done = await run.stand_in(key, update)  # as if the node had returned the Update: post, output_key, branches
     run._write([done])
     if key in pos.paused_before:  # a static pause before it is over too
         pos.paused_before.remove(key)

@@ -152,6 +152,9 @@ class Workflow(Graph):
             for spec in data:
                 for m in spec.mappings:
                     self._check_mapping(node, spec.source, m, target_t)
+            for path, _ in statics:
+                _walk(target_t, path, f"workflow '{self.name}': node '{node}' set_static_value({show_path(path)!r})",
+                      f"the input of '{node}'", fix="the path")
             cls = _input_class(target_t)
             if cls is not None and (statics or any(m.target for s in data for m in s.mappings)):
                 _check_required(self.name, node, cls, data, statics)
@@ -211,8 +214,8 @@ class Workflow(Graph):
         where = f"workflow '{self.name}': node '{node}' input from '{source}'"
         if source != START and source not in self.nodes:
             raise GraphBuildError(f"{where}: '{source}' is not a node of the workflow")
-        src_t = _walk(self._source_type(source), m.source, f"{where}: the output of '{source}'")
-        dst_t = _walk(target_t, m.target, f"{where}: the input of '{node}'")
+        src_t = _walk(self._source_type(source), m.source, where, f"the output of '{source}'")
+        dst_t = _walk(target_t, m.target, where, f"the input of '{node}'")
         if src_t is not None and dst_t is not None and not may_match(src_t, dst_t):
             raise GraphBuildError(
                 f"{where}: field {show_path(m.source)} ({type_name(src_t)}) cannot feed field {show_path(m.target)} "
@@ -281,9 +284,9 @@ def _required(cls: type) -> list[str]:
 _NO_FIELDS = (str, bytes, int, float, bool, complex, list, tuple, set, frozenset, type(None))
 
 
-def _walk(t: Any, path: tuple[str, ...], what: str) -> Any:
-    """The type at `path` inside annotation `t` (None when it cannot be known); a field the annotation
-    does not have is a `GraphBuildError` naming it and the fields there are."""
+def _walk(t: Any, path: tuple[str, ...], where: str, what: str, fix: str = "the mapping") -> Any:
+    """The type at `path` inside annotation `t` of `what` (None when it cannot be known); a field the
+    annotation does not have is a `GraphBuildError` naming it, the type that lacks it and the fields it has."""
     for i, name in enumerate(path):
         if t is None:
             return None
@@ -291,9 +294,10 @@ def _walk(t: Any, path: tuple[str, ...], what: str) -> Any:
         if fields is None:
             return None
         if name not in fields:
+            holder = f"field '{show_path(path[:i])}' of {what}" if i else what
             there = f" (its fields: {', '.join(sorted(fields))})" if fields else ""
-            raise GraphBuildError(f"{what} is {type_name(t)}, which has no field '{show_path(path[:i + 1])}'"
-                                  f"{there}; fix the mapping or the annotation")
+            raise GraphBuildError(f"{where}: {holder} is {type_name(t)}, which has no field '{name}'{there}; "
+                                  f"fix {fix} or the annotation")
         t = fields[name]
     return t
 
@@ -314,6 +318,9 @@ def _fields_of(t: Any) -> dict[str, Any] | None:
         return {}
     model_fields = getattr(t, "model_fields", None)
     if isinstance(model_fields, dict):
+        config = getattr(t, "model_config", None)
+        if isinstance(config, dict) and config.get("extra") == "allow":  # any name is a field of it
+            return None
         return {name: f.annotation for name, f in model_fields.items()}
     if dataclasses.is_dataclass(t) or typing.is_typeddict(t):
         try:

@@ -47,6 +47,28 @@ async def test_a_takeover_of_a_run_this_process_is_executing_is_refused():
     assert (await app.get_run("p1")).meta.status == "completed"
 
 
+async def test_a_lease_of_this_process_that_it_no_longer_executes_is_named_as_this_process_not_a_gone_one():
+    import time
+
+    from waypoint.engine.checkpoint import Checkpointer
+
+    g = Graph(name="payments")
+    g.add_node("pay", lambda x: f"paid {x}")
+    g.add_edge(START, "pay")
+    g.add_edge("pay", END)
+    store = MemoryStore()
+    app = g.compile(store=store, durability="step")
+    cp = Checkpointer(store=store, serializer=app.get_serializer(), checkpoint_id="p", graph_structure=app.structure)
+    await app.ainvoke(1, checkpoint_id="p")
+    loaded = await cp.load(1)  # the claim: this process's own lease, left as if its run had stopped there
+    cp.version = 2
+    await cp.save(loaded.position, "running", lease=(f"{HOST}:{os.getpid()}:x", time.time() + 30))
+    with pytest.raises(CheckpointConflict) as err:
+        await app.ainvoke(None, checkpoint_id="p")
+    assert "this very process, which no longer executes it" in str(err.value) and "gone" not in str(err.value) and "takeover=True" in str(err.value)
+    assert await app.ainvoke(None, checkpoint_id="p", takeover=True) == "paid 1"
+
+
 def test_a_live_owner_on_this_host_is_refused_a_dead_one_is_taken_over_before_its_lease_expires(tmp_path):
     db, journal = tmp_path / "runs.db", tmp_path / "journal"
     proc = start(db, "job", "linear", "--sleep-at", "n2", journal=journal)  # lease: 30 s

@@ -155,6 +155,32 @@ async def test_fork_with_write_to_and_time_travel_with_version():
     assert (await store.history("orig"))[0].status == "completed"
 
 
+@pytest.mark.parametrize("write_to", [None, "fork"])
+async def test_a_branch_re_opens_the_pauses_it_does_not_answer_under_new_ids(write_to):
+    """Time travel (or a fork) answering one of the pauses of version N by the ID it had there: that answer
+    counts, the pause it leaves open gets a new ID, and the old ID — replayed to the run without version= —
+    answers nothing."""
+    store = MemoryStore()
+    calls: Counter = Counter()
+    app = parallel_approvals(store, "any", calls)
+    with pytest.raises(GraphInterrupted) as info:
+        await app.ainvoke("doc", checkpoint_id="orig")
+    old = {c.info["approve"]: c.id for c in info.value.info.contexts}
+    paused_version = (await store.history("orig"))[0].version
+    await app.ainvoke(None, checkpoint_id="orig", resume={i: "yes" for i in old.values()})  # completed
+    target = write_to or "orig"
+    with pytest.raises(GraphInterrupted) as again:
+        await app.ainvoke(None, checkpoint_id="orig", version=paused_version, write_to=write_to,
+                          resume={old["legal"]: "no"})  # an explicit version=: its ID there answers it
+    (left,) = again.value.info.contexts
+    assert left.info == {"approve": "security"} and left.id != old["security"]
+    assert [c.id for c in (await app.get_run(target)).interrupts.contexts] == [left.id]
+    with pytest.raises(UnknownInterrupt, match=f"no pending interrupt has ID {old['security']}"):
+        await app.ainvoke(None, checkpoint_id=target, resume={old["security"]: "replayed"})
+    out = await app.ainvoke(None, checkpoint_id=target, resume={left.id: "later"})
+    assert (out["legal"], out["security"]) == ("doc:no", "doc:later")
+
+
 async def test_graph_mismatch_names_what_changed(tmp_path):
     store = SQLiteStore(tmp_path / "g.db")
 

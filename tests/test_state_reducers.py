@@ -22,6 +22,7 @@ from waypoint.engine import (
     Graph,
     GraphBuildError,
     GraphRunError,
+    NodeError,
     RetryPolicy,
     Update,
     add_messages,
@@ -94,6 +95,30 @@ async def test_parallel_branches_merge_field_by_field_in_graph_order_whatever_fi
     }
 
 
+async def test_a_dag_applies_each_batch_as_it_finishes_in_graph_order_within_the_batch():
+    """docs/state.md: Pregel waits for the superstep and applies in graph order; a DAG applies eagerly, so
+    tasks that finished apart are applied in the order they finished, and one batch in graph order."""
+    slow_may_go = asyncio.Event()
+
+    def writer(name, wait=None):
+        async def node(x):
+            if wait is not None:
+                await wait.wait()
+                await asyncio.sleep(0.02)  # the others' batch is applied first
+            elif name == "fast":
+                slow_may_go.set()
+            return Update({"notes": [name]}, output={name: 1})
+        return node
+
+    nodes = {"slow": writer("slow", slow_may_go), "fast": writer("fast"), "x": writer("x"), "y": writer("y")}
+    seen = []
+    join = lambda parts, state: seen.append(list(state.notes)) or "done"  # noqa: E731
+    assert await fan_out(nodes, join=join).ainvoke(0) == "done"
+    assert await fan_out(nodes, join=join, trigger="all").ainvoke(0) == "done"
+    # Pregel: graph order. DAG: fast, x and y finish together (their batch in graph order), slow after them.
+    assert seen == [["slow", "fast", "x", "y"], ["fast", "x", "y", "slow"]]
+
+
 async def test_a_field_without_a_reducer_written_by_two_branches_in_one_step_is_an_error_naming_both():
     app = fan_out({"a": lambda x: Update({"summary": "a"}, output={"a": 1}),
                    "b": lambda x: Update({"summary": "b"}, output={"b": 1})}, store=MemoryStore())
@@ -148,12 +173,20 @@ async def test_typed_dict_state_with_operator_add_starts_from_an_empty_list_as_i
         log: Annotated[list, operator.add]
         last: str
 
+    class T(TypedDict, total=False):  # the built-ins, on fields the dict does not hold yet
+        notes: Annotated[list, append]
+        messages: Annotated[list, add_messages]
+
     seen = []
     app = fan_out({"a": lambda x: Update({"log": ["a"]}, output={"a": 1}),
                    "b": lambda x: Update({"log": ["b"], "last": "b"}, output={"b": 1})},
                   state=S, join=lambda parts, state: seen.append(dict(state)) or "done")
     assert await app.ainvoke(0) == "done"
-    assert seen == [{"log": ["a", "b"], "last": "b"}]
+    app = fan_out({"a": lambda x: Update({"notes": ["a"], "messages": [{"id": 1}]}, output={"a": 1}),
+                   "b": lambda x: Update({"notes": ["b"], "messages": [{"id": 1, "v": 2}]}, output={"b": 1})},
+                  state=T, join=lambda parts, state: seen.append(dict(state)) or "done")
+    assert await app.ainvoke(0) == "done"
+    assert seen == [{"log": ["a", "b"], "last": "b"}, {"notes": ["a", "b"], "messages": [{"id": 1, "v": 2}]}]
 
 
 async def test_a_post_handler_may_write_too_after_a_retried_node():
@@ -179,6 +212,87 @@ async def test_a_reducer_that_fails_is_a_run_error_naming_field_and_node():
     app = fan_out({"a": lambda x: Update({"notes": "not a list"}, output={"a": 1})})
     with pytest.raises(GraphRunError, match="reducer of state field 'notes' failed on the write of node 'a'"):
         await app.ainvoke(0)
+
+
+def extend_in_place(current, update):
+    """A reducer of one's own that grows the list it was given (as `operator.iadd` does)."""
+    current.extend(update)
+    return current
+
+
+def picky(current, update):
+    if "bad" in update:
+        raise ValueError("refuses 'bad'")
+    return current + update
+
+
+@register_type(name="tests.reducers.Tagged")
+@dataclass
+class Tagged:
+    tags: Annotated[list, append] = field(default_factory=list)
+    notes: Annotated[list, append] = field(default_factory=list)
+
+
+@register_type(name="tests.reducers.TaggedOwn")
+@dataclass
+class TaggedOwn:
+    tags: Annotated[list, extend_in_place] = field(default_factory=list)
+    notes: Annotated[list, picky] = field(default_factory=list)
+
+
+@pytest.mark.parametrize("state, bad", [(Tagged, "a model's text, not a list"), (TaggedOwn, ["bad"])],
+                         ids=["append-given-a-str", "own-reducers-one-in-place"])
+async def test_a_dag_task_whose_write_fails_writes_nothing_and_its_resume_applies_it_once(state, bad):
+    """A task's writes are applied all or nothing: b's `tags` is not applied when its `notes` fails, the failed
+    version does not hold it, and the resume (b runs again) applies each write once."""
+    runs: list[str] = []
+    broken = [True]
+
+    async def a(x):
+        runs.append("a")
+        return Update({"tags": ["a"], "notes": ["a"]}, output={"a": 1})
+
+    async def b(x):
+        runs.append("b")
+        await asyncio.sleep(0.01)  # a's batch is checkpointed first; b fails in a batch of its own
+        return Update({"tags": ["b"], "notes": bad if broken[0] else ["b"]}, output={"b": 2})
+
+    g = Graph(name="tagged", state=state)
+    g.add_node("a", a)
+    g.add_node("b", b)
+    g.add_node("join", lambda parts, state: (list(state.tags), list(state.notes)))
+    for key in ("a", "b"):
+        g.add_edge(START, key)
+        g.add_edge(key, "join")
+    g.add_edge("join", END)
+    app = g.compile(trigger="all", store=MemoryStore())
+    with pytest.raises(GraphRunError, match="reducer of state field 'notes' failed on the write of node 'b'"):
+        await app.ainvoke(0, checkpoint_id="r")
+    snap = await app.get_run("r")
+    assert snap.meta.status == "failed" and snap.state.tags == ["a"] and snap.state.notes == ["a"]
+    for meta in await app.store.history("r"):  # no version ever held half of b's writes
+        assert "b" not in (await app.get_run("r", version=meta.version)).state.tags
+    broken[0] = False
+    assert await app.ainvoke(None, checkpoint_id="r") == (["a", "b"], ["a", "b"])
+    assert runs == ["a", "b", "b"]
+
+
+def test_a_state_that_refuses_a_value_keeps_every_field_of_that_write_as_it_was():
+    from pydantic import BaseModel, ConfigDict
+
+    from waypoint.engine.reducers import apply_writes, reducers_of
+
+    class Checked(BaseModel):
+        model_config = ConfigDict(validate_assignment=True)
+        tags: Annotated[list, operator.add] = []
+        log: Annotated[list, append] = []
+        count: int = 0
+
+    state = Checked(tags=["a"], log=["a"])
+    reducers = reducers_of(Checked, "g")
+    with pytest.raises(GraphRunError, match="refused the new value of field 'count'"):
+        apply_writes(state, [("b", {"tags": ["b"], "log": ["b"], "count": "many"})], reducers, None, "g")
+    assert (state.tags, state.log, state.count) == (["a"], ["a"], 0)
 
 
 def test_two_reducers_on_one_field_is_a_build_error():
@@ -353,3 +467,31 @@ async def test_a_conversation_of_messages_costs_each_step_only_what_it_appended(
     await app.ainvoke(0, checkpoint_id="c")
     assert max(codec.packed[5:-5]) < 1000  # one message (~400 bytes), not the conversation (up to 32 KB)
     assert len((await app.get_run("c")).state.messages) == 80
+
+
+@pytest.mark.parametrize("durability, first_item", [("step", "orig"), ("exit", "changed in place")])
+async def test_a_failure_stores_the_last_finished_step_as_written_so_an_unseen_in_place_change_is_lost(durability,
+                                                                                                   first_item):
+    """docs/state.md: a pause or an end stores an append-owned list exactly; a failure stores the last finished
+    step — in durability="step" as that step's version was written (the change was never looked at), in "exit"
+    as it was kept in memory (whole)."""
+    def second(x, state):
+        state.entries[0]["v"] = "changed in place"  # breaks the append-owned contract
+        return Update({"entries": [{"v": "second"}]}, output=x)
+
+    def third(x, state):
+        raise RuntimeError("boom")
+
+    g = Graph(name="stop", state=Log)
+    g.add_node("first", lambda x: Update({"entries": [{"v": "orig"}]}, output=x))
+    g.add_node("second", second)
+    g.add_node("third", third)
+    g.add_edge(START, "first")
+    g.add_edge("first", "second")
+    g.add_edge("second", "third")
+    g.add_edge("third", END)
+    app = g.compile(store=MemoryStore(), durability=durability)
+    with pytest.raises(NodeError):
+        await app.ainvoke(0, checkpoint_id="s")
+    snap = await app.get_run("s")
+    assert snap.meta.status == "failed" and [e["v"] for e in snap.state.entries] == [first_item, "second"]

@@ -24,6 +24,7 @@ from waypoint.engine import (
     GraphInterrupted,
     GraphRunError,
     Interrupt,
+    UnknownInterrupt,
     Update,
     WaypointError,
     append,
@@ -107,7 +108,7 @@ async def test_a_running_run_under_a_live_lease_is_refused_and_nothing_is_writte
     task = asyncio.ensure_future(app.ainvoke(1, checkpoint_id="r"))
     await started.wait()
     before = await store.history("r")
-    with pytest.raises(CheckpointConflict, match=r"run 'r' is running in another process \(lease held by .+ until"):
+    with pytest.raises(CheckpointConflict, match=r"run 'r' is running \(lease held by .+ until .+; that is this very process, executing it right now\); edit its state once"):
         await app.update_state("r", {"amount": 5})
     assert await store.history("r") == before
     release.set()
@@ -171,6 +172,34 @@ async def test_as_node_on_a_completed_run_continues_after_that_node():
     assert meta.status == "completed" and (await app.get_run("l")).output == "rewritten"
 
 
+@pytest.mark.parametrize("trigger", ["any", "all"])
+async def test_as_node_sends_its_output_on_as_that_nodes_own_return_value_would_be(trigger):
+    """Through the node's `post` handler and `output_key`, so the fan-in after it merges as usual."""
+    def asker(name):
+        def node(x, state):
+            if not get_resume_context()[0]:
+                raise Interrupt(f"{name}?")
+            return Update({"notes": [f"{name} ran"]}, output=f"{name}-out")
+        return node
+
+    g = Graph(name=f"two-{trigger}", state=Ticket)
+    g.add_node("a", asker("a"), output_key="a", post=lambda out, state: Update({"notes": ["a post"]}, output=out.upper()))
+    g.add_node("b", asker("b"), output_key="b")
+    g.add_node("j", lambda x, state: (x, list(state.notes)))
+    for key in ("a", "b"):
+        g.add_edge(START, key)
+        g.add_edge(key, "j")
+    g.add_edge("j", END)
+    app = g.compile(trigger=trigger, store=MemoryStore())
+    with pytest.raises(GraphInterrupted) as paused:
+        await app.ainvoke(0, checkpoint_id="r")
+    ids = {c.info: c.id for c in paused.value.info.contexts}
+    await app.update_state("r", Update({"notes": ["ops"]}, output="by ops"), as_node="a")
+    out, notes = await app.ainvoke(None, checkpoint_id="r", resume={ids["b?"]: True})
+    assert out == {"a": "BY OPS", "b": "b-out"}
+    assert notes == ["ops", "a post", "b ran"]
+
+
 async def test_editing_an_older_version_branches_from_it_on_top_of_the_newest():
     store, keys = MemoryStore(), []
     app = review_app(store, keys=keys)
@@ -180,10 +209,32 @@ async def test_editing_an_older_version_branches_from_it_on_top_of_the_newest():
     assert (meta.version, meta.status, meta.origin) == (7, "interrupted", "t@3 update_state")
     snap = await app.get_run("t")
     (ctx,) = snap.interrupts.contexts
+    assert ctx.id != first  # the re-opened pause has an ID of its own: the first answer, replayed, answers nothing
+    with pytest.raises(UnknownInterrupt, match=f"no pending interrupt has ID {first}"):
+        await app.ainvoke(None, checkpoint_id="t", resume={first: "replayed"})
     assert await app.ainvoke(None, checkpoint_id="t", resume={ctx.id: "no"}) == {"answer": "no", "amount": 9,
                                                                                    "paid": 9}
     # the branch's review has keys of its own: an external system never takes it for the first answer's work
     assert keys[2] not in keys[:2]
+
+
+async def test_a_branch_from_an_old_running_version_writes_no_lease_and_is_judged_by_the_newest_version_only():
+    """Right after a run completed, the versions it wrote while running still carry leases that look live:
+    editing one, forking from one or travelling back to one is judged by the run's newest version only, and
+    the edit continues with a plain resume (no takeover, no wait)."""
+    store = MemoryStore()
+    app = review_app(store)
+    first = await pause(app)
+    await app.ainvoke(None, checkpoint_id="t", resume={first: "yes"})  # v4 claim (running) ... v6 completed
+    running = [m.version for m in await store.history("t") if m.status == "running" and m.version > 3]
+    assert running and (await app.get_run("t", version=running[0])).meta.lease_expires > time.time()
+    meta = await app.update_state("t", {"amount": 9}, version=running[0])
+    assert meta.status == "running" and meta.lease_owner is None and meta.lease_expires is None
+    # the version after review ran (pay pending): pay runs on the edited amount
+    assert await app.ainvoke(None, checkpoint_id="t") == {"answer": "yes", "amount": 120, "paid": 9}
+    await app.ainvoke(None, checkpoint_id="t", version=running[0], write_to="fork")  # was: "run 't' is running"
+    assert (await app.get_run("fork")).meta.status == "completed"
+    assert (await app.get_run("t", version=running[0])).meta.status == "running"  # history is as it was
 
 
 async def test_a_run_whose_process_died_keeps_its_expired_lease_and_is_taken_over_with_the_edit():

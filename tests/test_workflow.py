@@ -8,7 +8,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from waypoint.engine import (
     END,
@@ -242,7 +242,15 @@ def broken(wire):
     (lambda wf, n: n.add_input("load", map_fields("chunks", "chunks")).add_input(START, map_fields("q", "questoin")),
      r"node 'score' input from '__start__': the input of 'score' is ScoreRequest, which has no field 'questoin'"),
     (lambda wf, n: n.add_input("load", {"meta.titel": "question", "chunks": "chunks"}),
-     r"the output of 'load' is Meta, which has no field 'meta.titel' \(its fields: pages, title\)"),
+     r"field 'meta' of the output of 'load' is Meta, which has no field 'titel' \(its fields: pages, title\)"),
+    (lambda wf, n: n.add_input("load", {"chunks": "chunks", "meta.title": "question.deep"}),
+     r"input from 'load': field 'question' of the input of 'score' is str, which has no field 'deep'"),
+    (lambda wf, n: n.add_input("load", {"chunks": "chunks", "meta.title": "question"}).set_static_value("top_kk", 2),
+     r"node 'score' set_static_value\('top_kk'\): the input of 'score' is ScoreRequest, which has no field "
+     r"'top_kk' \(its fields: chunks, question, source, top_k\)"),
+    (lambda wf, n: n.add_input("load", {"chunks": "chunks", "meta.title": "question"})
+     .set_static_value("top_k.n", 2),
+     r"set_static_value\('top_k.n'\): field 'top_k' of the input of 'score' is int, which has no field 'n'"),
     (lambda wf, n: n.add_input("load", {"meta.pages": "question", "chunks": "chunks"}),
      r"field meta.pages \(int\) cannot feed field question \(str\)"),
     (lambda wf, n: n.add_input("load", map_fields("chunks", "chunks")),
@@ -280,3 +288,20 @@ def test_what_a_workflow_refuses_to_build():
     wf.compile()
     with pytest.raises(GraphBuildError, match="already compiled"):
         node.add_dependency(START)
+
+
+
+class Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    question: str = ""
+
+
+def ask_open(req: Open) -> dict:
+    return req.model_dump()
+
+
+def test_a_static_value_or_mapping_into_a_model_that_allows_extra_fields_is_not_refused():
+    wf = Workflow(name="open")
+    wf.add_node("ask", ask_open).add_input(START, map_fields("q", "question")).set_static_value("top_kk", 2)
+    wf.end().add_input("ask")
+    assert asyncio.run(wf.compile().ainvoke({"q": "why"})) == {"question": "why", "top_kk": 2}

@@ -137,10 +137,10 @@ def test_three_workers_and_a_service_killed_at_random_every_run_ends_each_effect
         for cid in served:
             assert c.post("/runs", json={"agent": "fleet-r", "input": f"work for {cid}", "checkpoint_id": cid}
                           ).status_code == 201
-    asyncio.run(submit(pg_url, queued))
-    # The service first, inside a side effect; then processes chosen at random among those inside one.
+    # The service first, inside a side effect of its runs; then processes chosen at random among those inside one.
     wait_until(lambda: in_flight(fleet.log, service.proc.pid), timeout=30, what="the service inside an effect")
     fleet.kill(service.proc.pid, pg, db)
+    asyncio.run(submit(pg_url, queued))
     fleet.service()
     for _ in range(KILLS - 1):
         inside = wait_until(lambda: [p for p in fleet.live() if in_flight(fleet.log, p)], timeout=30,

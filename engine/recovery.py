@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,7 @@ MAX_ATTEMPTS = 10
 """Takeovers in a row without progress after which a run is given up (the worker's `max_attempts` too)."""
 
 _PAGE = 500
+_SAY_AGAIN = 60.0
 _MEMORY = 10_000
 
 
@@ -136,15 +138,20 @@ class _Recovery:
         return list(await asyncio.gather(*(self._handle(c) for c in found)))
 
     async def watch(self, every: float) -> None:
+        failing: dict[int, float] = {}  # id(store) -> when its failure was last said (said again once a minute)
         try:
             while True:
-                for store, served in self.stores.values():
+                for key, (store, served) in self.stores.items():
                     try:
                         found = await self._scan(store, served)
                     except Exception as err:  # noqa: BLE001 - the store may come back: look again later
-                        log.warning("recovery: cannot read the runs of %r (%s: %s); looking again in %.1f s", store,
-                                    type(err).__name__, err, every)
+                        if time.monotonic() - failing.get(key, -_SAY_AGAIN) >= _SAY_AGAIN:
+                            failing[key] = time.monotonic()
+                            log.warning("recovery: cannot read the runs of %r (%s: %s); looking again every %.1f s",
+                                        store, type(err).__name__, err, every)
                         continue
+                    if failing.pop(key, None) is not None:
+                        log.warning("recovery: the runs of %r can be read again", store)
                     for candidate in found:
                         self._start(candidate)
                 await asyncio.sleep(every)

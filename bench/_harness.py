@@ -30,7 +30,8 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-IMPLS = ("waypoint", "langgraph")
+IMPLS = ("waypoint", "langgraph", "dbos")
+PEERS = {"langgraph": "LangGraph", "dbos": "DBOS"}
 CHILD_TIMEOUT_S = 180
 
 
@@ -199,8 +200,9 @@ def child_main(make: Callable[..., Target], cases: tuple[str, ...], metric: str,
 class Row:
     """One table row: `metric` from job (module, impl, case) for each column.
 
-    ``wp_case`` / ``lg_case`` name the case each implementation runs (None: not applicable, shown "—").
-    Rows sharing a (module, impl, case) share one job, so a LangGraph figure can be shown twice.
+    ``wp_case`` / ``lg_case`` name the case each implementation runs (None: not applicable, shown "—"); the
+    second column is ``peer`` (LangGraph unless the row says DBOS: B10). Rows sharing a (module, impl, case)
+    share one job, so a peer's figure can be shown twice.
     """
 
     workload: str
@@ -211,6 +213,7 @@ class Row:
     wp_case: str | None
     lg_case: str | None
     target: str = "—"
+    peer: str = "langgraph"
 
 
 @dataclass
@@ -221,6 +224,19 @@ class Cell:
 
 def langgraph_installed() -> bool:
     return importlib.util.find_spec("langgraph") is not None
+
+
+def peer_installed(peer: str) -> bool:
+    return importlib.util.find_spec(peer) is not None
+
+
+def dbos_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return f"dbos {version('dbos')}"
+    except Exception:  # noqa: BLE001
+        return "not installed"
 
 
 def langgraph_version() -> str:
@@ -253,16 +269,15 @@ def run_child(module: str, impl: str, case: str) -> dict[str, Any]:
 
 def run_rows(rows: list[Row], runs: int, log: Callable[[str], None] = lambda s: None) -> dict[tuple, dict[str, Cell]]:
     """Run every job `runs` times (interleaved) and return {(module, impl, case): {metric: Cell}}."""
-    have_lg = langgraph_installed()
     jobs: list[tuple[str, str, str]] = []
     for r in rows:
-        for impl, case in (("waypoint", r.wp_case), ("langgraph", r.lg_case)):
+        for impl, case in (("waypoint", r.wp_case), (r.peer, r.lg_case)):
             if case is not None and (r.module, impl, case) not in jobs:
                 jobs.append((r.module, impl, case))
     results: dict[tuple, dict[str, Cell]] = {j: {} for j in jobs}
     status: dict[tuple, str] = {}
     for j in jobs:
-        if j[1] == "langgraph" and not have_lg:
+        if j[1] != "waypoint" and not peer_installed(j[1]):
             status[j] = "not installed"
     for run in range(1, runs + 1):
         for job in jobs:
@@ -326,15 +341,18 @@ def _ratio_text(wp: float | None, lg: float | None, target: str) -> str:
 
 
 def render_table(rows: list[Row], results: dict[tuple, dict[str, Cell]], runs: int) -> str:
-    lines = [
-        "| workload | case | Waypoint | LangGraph | ratio (Waypoint/LangGraph) | target |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        wp_text, wp = _cell_text(_lookup(results, r.module, "waypoint", r.wp_case, r.metric), r.unit)
-        lg_text, lg = _cell_text(_lookup(results, r.module, "langgraph", r.lg_case, r.metric), r.unit)
-        ratio = _ratio_text(wp, lg, r.target)
-        lines.append(f"| {r.workload} | {r.case} | {wp_text} | {lg_text} | {ratio} | {r.target} |")
+    """One table per peer (LangGraph first, then DBOS), in the order the rows came."""
+    lines: list[str] = []
+    for peer in dict.fromkeys(r.peer for r in rows):
+        name = PEERS.get(peer, peer)
+        if lines:
+            lines.append("")
+        lines += [f"| workload | case | Waypoint | {name} | ratio (Waypoint/{name}) | target |", "|---|---|---|---|---|---|"]
+        for r in (r for r in rows if r.peer == peer):
+            wp_text, wp = _cell_text(_lookup(results, r.module, "waypoint", r.wp_case, r.metric), r.unit)
+            lg_text, lg = _cell_text(_lookup(results, r.module, peer, r.lg_case, r.metric), r.unit)
+            ratio = _ratio_text(wp, lg, r.target)
+            lines.append(f"| {r.workload} | {r.case} | {wp_text} | {lg_text} | {ratio} | {r.target} |")
     lines.append("")
     lines.append(f"Each cell: median of {runs} separate process runs (min–max). Lower is better.")
     return "\n".join(lines)

@@ -1,7 +1,7 @@
 """Run every benchmark side by side and print one markdown table (``make bench``).
 
     python -m bench.run_all                 # all workloads, 5 process runs per cell
-    python -m bench.run_all --runs 7 --only b1,b4      # any of b1,b2,b3,b4,b5,b6,b7,b8,b9,b12
+    python -m bench.run_all --runs 7 --only b1,b4      # any of b1,b2,b3,b4,b5,b6,b7,b8,b9,b10,b11,b12
 
 Also writes the table, with the date/machine/version lines, to bench/results/latest.md.
 """
@@ -16,7 +16,7 @@ import statistics
 import sys
 import time
 
-from bench._harness import Cell, Row, langgraph_version, render_table, run_rows, write_results
+from bench._harness import Cell, Row, dbos_version, langgraph_version, render_table, run_rows, write_results
 
 ROWS: dict[str, list[Row]] = {
     "b1": [
@@ -148,6 +148,24 @@ ROWS: dict[str, list[Row]] = {
         Row("B9 HTTP service, 50 clients", "resume requests/s on Postgres", "bench.b9_service", "resume_rps",
             "req/s", "postgres", None),
     ],
+    "b10": [
+        Row("B10 durable workflow, 100 steps", "ms per step, SQLite, both synchronous=FULL (WP step · DBOS workflow)",
+            "bench.b10_dbos", "ms_per_step", "ms/step", "sqlite-full", "sqlite-full", "≤ 0.1", peer="dbos"),
+    ],
+    "b11": [
+        Row("B11 recovery, no resume call", "SIGKILL → completed: dead owner on this host, new `waypoint serve`",
+            "bench.b11_recovery", "seconds", "s", "serve-same-host", None, "≤ 2 s", peer="dbos"),
+        Row("B11 recovery, no resume call", "SIGKILL → completed: dead owner on this host, new `waypoint worker`",
+            "bench.b11_recovery", "seconds", "s", "worker-same-host", None, "≤ 2 s", peer="dbos"),
+        Row("B11 recovery, no resume call", "SIGKILL → completed: owner on another host (5 s lease), new serve",
+            "bench.b11_recovery", "seconds", "s", "serve-other-host", None, "≤ lease + 2 s", peer="dbos"),
+        Row("B11 recovery, no resume call", "the same, past the lease", "bench.b11_recovery", "past_lease", "s",
+            "serve-other-host", None, "≤ 2 s", peer="dbos"),
+        Row("B11 recovery, no resume call", "SIGKILL → completed: owner on another host (5 s lease), new worker",
+            "bench.b11_recovery", "seconds", "s", "worker-other-host", None, "≤ lease + 2 s", peer="dbos"),
+        Row("B11 recovery, no resume call", "the same, past the lease", "bench.b11_recovery", "past_lease", "s",
+            "worker-other-host", None, "≤ 2 s", peer="dbos"),
+    ],
     "b6": [
         Row("B6 import", "engine: time", "bench.b6_import", "import_ms", "ms", "engine", "engine"),
         Row("B6 import", "engine: peak RSS", "bench.b6_import", "peak_rss_mb", "MB", "engine", "engine"),
@@ -173,6 +191,7 @@ def header() -> str:
         f"- machine: {platform.platform()}, nproc {_nproc()}",
         f"- python: {platform.python_implementation()} {platform.python_version()} ({sys.executable})",
         f"- langgraph: {langgraph_version()}",
+        f"- dbos: {dbos_version()} (B10's peer; B11 is Waypoint only)",
         "- APIs: both sides call sync `invoke(...)` for graphs (Waypoint's `ainvoke` runs sync nodes on a thread, "
         "so a blocking node never stalls a shared loop; its `invoke` owns its loop and runs them inline), and "
         "Waypoint's agents run through their async `Runner` (B7, B12), except rows that say otherwise",

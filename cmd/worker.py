@@ -1,7 +1,7 @@
 """`waypoint worker`: a process that runs queued work from a shared database (docs/scale-out.md).
 
     waypoint worker --db postgresql+asyncpg://user@host/db --graphs myapp.flows:triage,myapp.agents:ops
-        [--concurrency 8] [--poll 1.0] [--drain 30] [--pool 10] [--max-attempts 10]
+        [--concurrency 8] [--poll 1.0] [--drain 30] [--pool 10] [--max-attempts 10] [--no-recover]
 
 `--graphs` names objects as `module:attribute`: a `Graph` or a `ChatModelAgent` (compiled here on the
 worker's store), a function taking the store and returning a compiled graph, or a graph compiled on an
@@ -9,7 +9,8 @@ equal store. `--db` is a SQLAlchemy URL, or a path to a SQLite file. SIGTERM (or
 work and lets the runs in flight finish for `--drain` seconds; those still running are then saved at
 their last finished step and handed back to the queue. A second signal cancels them at once. A database
 that is down when the worker starts (or later) is tried again, as claims are; `--pool` must be at least 2
-on Postgres (the LISTEN connection holds one for good).
+on Postgres (the LISTEN connection holds one for good). Every `--poll` seconds it also continues runs of its
+graphs whose process died (automatic recovery, docs/scale-out.md); `--no-recover` turns that off.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ async def serve(args: argparse.Namespace) -> int:
     try:
         graphs = [load_graph(spec.strip(), store) for spec in args.graphs.split(",") if spec.strip()]
         worker = Worker(store, graphs, concurrency=args.concurrency, poll=args.poll, drain_seconds=args.drain,
-                        max_attempts=args.max_attempts)
+                        max_attempts=args.max_attempts, recover=args.recover)
     except Exception as err:  # noqa: BLE001 - one clear line and a non-zero exit code
         await store.close()
         print(f"waypoint worker: {err}", file=sys.stderr)
@@ -80,7 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--drain", type=float, default=30.0, help="seconds to let runs finish after SIGTERM")
     p.add_argument("--pool", type=int, default=10, help="Postgres connections per event loop (default 10)")
     p.add_argument("--max-attempts", type=int, default=10,
-                   help="claims of one request that ended without an outcome (its worker died) before it is given up")
+                   help="claims of one request that ended without an outcome (its worker died), or takeovers of a run "
+                        "in a row without progress, before it is given up (stored failed)")
+    p.add_argument("--no-recover", dest="recover", action="store_false",
+                   help="do not continue runs of these graphs whose process died unless they are queued")
     return asyncio.run(serve(p.parse_args(argv)))
 
 

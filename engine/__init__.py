@@ -30,6 +30,7 @@ from .field_mapping import FieldMapping, from_field, map_fields, to_field
 from .graph import END, START, Graph
 from .interrupts import CompositeInterrupt, Interrupt, InterruptCtx, InterruptInfo, StatefulInterrupt
 from .merge import register_merge
+from .recovery import Recovered, recover
 from .reducers import Update, add_messages, append
 from .nodes import Component, Lambda
 from .resume import (
@@ -117,6 +118,8 @@ __all__ = [
     "CompiledGraph",
     "RunSnapshot",
     "read_run",
+    "recover",
+    "Recovered",
     "CheckPointStore",
     "CheckpointMeta",
     "Checkpoint",

@@ -24,6 +24,9 @@ The rules (docs/resume.md):
 10. A store that cannot be reached while the run saves (`StoreUnavailable`) leaves the run as it was last
     saved — `running`, never stored as failed — and ends its lease if the store lets it (else the lease
     runs out): another process resumes it or takes it over.
+11. Continuing a `running` run (its process stopped) counts a takeover in its position
+    (`RunPosition.takeovers`): one more in a row when nothing was written since the previous takeover's
+    claim, else the first. Automatic recovery (engine/recovery.py) gives a run up at `max_attempts`.
 """
 
 from __future__ import annotations
@@ -245,6 +248,8 @@ class _Session:
         run.pos.answers = request.to_plain() if request is not None else None
         if run.pos.ledger == 0:  # written before ledger epochs, or in a mode that keeps none
             run.pos.ledger = (self.cp.version or 0) + 1
+        if loaded.meta.status == "running" and not branch:
+            _count_takeover(run.pos, loaded.meta.version, (self.cp.version or 0) + 1)
         if branch:  # a fork or time travel: a fresh ledger page and idempotency keys of its own
             self.cp.origin = f"{self.source}@{loaded.meta.version}"
             run.pos.ledger = (self.cp.version or 0) + 1
@@ -524,6 +529,13 @@ class _Progress:
     def recall(self, address: str) -> Any:
         data = self.root.pos.nested.get(address)
         return None if data is None else self.session.cp.from_snapshot(data)
+
+
+def _count_takeover(pos: Any, loaded_version: int, claim_version: int) -> None:
+    """The run is continued from a `running` version (its process stopped): one more takeover in a row if
+    nothing was written since the last takeover's claim, else the first (rule 11)."""
+    pos.takeovers = pos.takeovers + 1 if pos.taken_at == loaded_version else 1
+    pos.taken_at = claim_version
 
 
 async def _after(lock: asyncio.Lock, save: Any) -> Any:

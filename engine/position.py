@@ -28,6 +28,11 @@ after a step and reading it back in another process is all a resume needs:
   leaves when its run ends or pauses (a paused nested run lives in its task's `InterruptRecord.child`).
 - `writers`: DAG only, `{state field: node}` — the last node that wrote each state field without a
   reducer, so a later writer that may have run in parallel with it is refused (engine/reducers.py).
+- `takeovers`, `taken_at`: how many times in a row the run was continued from a `running` version (its
+  process stopped without saving where the run came to rest) without writing anything after that takeover's
+  claim, and the version that claim wrote. A version written after the claim (a step, a nested run's step)
+  resets the count at the next takeover. Automatic recovery gives a run up once it reaches its
+  `max_attempts` (engine/recovery.py).
 - `output` and `done` once the run has reached END.
 """
 
@@ -83,5 +88,7 @@ class RunPosition:
     answers: dict[str, Any] | None = None
     nested: dict[str, bytes] = field(default_factory=dict)
     writers: dict[str, str] = field(default_factory=dict)
+    takeovers: int = 0
+    taken_at: int = 0
     done: bool = False
     output: Any = None

@@ -13,6 +13,7 @@ from fastapi.openapi.utils import get_openapi
 
 from ._api import build_api_router
 from ._guard import MAX_BODY, guarded_route
+from ._recovery import MAX_ATTEMPTS, start_recovery, stop_recovery
 from ._responses import SafeJSONResponse
 from ._sessions import SESSION_TTL
 from ._state import ServiceState
@@ -36,19 +37,24 @@ class Service(ServiceState):
 
 
 def create_router(runners_or_graphs: Any, store: Any, *, auth: Any = None, max_body: int = MAX_BODY,
-                  session_ttl: float = SESSION_TTL) -> APIRouter:
+                  session_ttl: float = SESSION_TTL, recover: bool = True,
+                  max_attempts: int = MAX_ATTEMPTS) -> APIRouter:
     """The service as a router for an existing FastAPI app: `app.include_router(router, prefix="/waypoint")`.
 
-    The router's lifespan (merged into the app's by `include_router`) cancels the runs it executes when the
-    app shuts down; `router.service` is the `Service`.
+    The router's lifespan (merged into the app's by `include_router`) recovers the served runs whose process
+    died, now and while the app runs (`recover=False` turns it off; a run is given up after `max_attempts`
+    takeovers in a row without progress: docs/service.md, "Recovery"), and cancels the runs it executes when
+    the app shuts down; `router.service` is the `Service`.
     """
     service = Service(runners_or_graphs, store, auth=auth, max_body=max_body, session_ttl=session_ttl)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
+        recovery = start_recovery(service, max_attempts=max_attempts) if recover else None
         try:
             yield
         finally:
+            await stop_recovery(recovery)
             await service.aclose()
 
     router = APIRouter(lifespan=lifespan, default_response_class=SafeJSONResponse)
@@ -58,10 +64,13 @@ def create_router(runners_or_graphs: Any, store: Any, *, auth: Any = None, max_b
 
 
 def create_app(runners_or_graphs: Any, store: Any, *, auth: Any = None, title: str = "Waypoint",
-               max_body: int = MAX_BODY, session_ttl: float = SESSION_TTL) -> FastAPI:
+               max_body: int = MAX_BODY, session_ttl: float = SESSION_TTL, recover: bool = True,
+               max_attempts: int = MAX_ATTEMPTS) -> FastAPI:
     """An ASGI app (FastAPI) serving `runners_or_graphs` on `store`: the API, its OpenAPI document at
-    `/openapi.json`, and the approval page at `/ui`. `auth`: see `Auth` (default: `WAYPOINT_TOKEN`)."""
-    router = create_router(runners_or_graphs, store, auth=auth, max_body=max_body, session_ttl=session_ttl)
+    `/openapi.json`, and the approval page at `/ui`. `auth`: see `Auth` (default: `WAYPOINT_TOKEN`).
+    `recover`, `max_attempts`: automatic recovery, as `create_router` says."""
+    router = create_router(runners_or_graphs, store, auth=auth, max_body=max_body, session_ttl=session_ttl,
+                           recover=recover, max_attempts=max_attempts)
     service: Service = router.service  # type: ignore[attr-defined]
     app = FastAPI(title=title, version="1", docs_url=None, redoc_url=None, openapi_url=None,
                   description="Start, inspect and resume checkpointed Waypoint runs; follow them live (SSE).")

@@ -3,12 +3,16 @@
     waypoint serve --db URL --agents module:attr[,module:attr...] [--host 127.0.0.1] [--port 8000]
                    [--max-body BYTES] [--session-ttl SECONDS] [--header-timeout SECONDS]
                    [--body-timeout SECONDS] [--keep-alive SECONDS] [--max-connections N]
+                   [--no-recover] [--max-attempts N]
 
 The token comes from `WAYPOINT_TOKEN` (and `WAYPOINT_READ_TOKEN` for read-only viewers); without one, or
 with one shorter than 16 characters, the command refuses to start. Runs started or resumed over HTTP execute
 in this process; stopping it (Ctrl-C, SIGTERM) saves each as cancelled at its last finished step, resumable.
 A request's headers and body must arrive within their timeouts (service/_protocol.py), an idle connection
-is closed after `--keep-alive`, and past `--max-connections` a request is answered 503.
+is closed after `--keep-alive`, and past `--max-connections` a request is answered 503. Runs of the
+served agents whose process died are continued by this process, at start and while it runs (automatic
+recovery; `--no-recover` turns it off; a run is given up after `--max-attempts` takeovers in a row without
+progress).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from waypoint.stores import open_store
 
 from ._auth import MIN_TOKEN_LENGTH, READ_TOKEN_ENV, TOKEN_ENV, Auth, AuthError
 from ._guard import MAX_BODY
+from ._recovery import MAX_ATTEMPTS
 from ._protocol import BODY_TIMEOUT, HEADER_TIMEOUT, KEEP_ALIVE, MAX_CONNECTIONS, deadline_protocol
 from ._sessions import SESSION_TTL
 from ._service import create_app
@@ -56,6 +61,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="close a connection idle this long between requests (default: %(default)s)")
     p.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS, metavar="N",
                    help="connections served at once; a request past them is answered 503 (default: %(default)s)")
+    p.add_argument("--no-recover", dest="recover", action="store_false",
+                   help="do not continue runs whose process died (by default they are continued here, at start "
+                        "and while serving)")
+    p.add_argument("--max-attempts", type=int, default=MAX_ATTEMPTS, metavar="N",
+                   help="give a recovered run up (stored failed) after N takeovers in a row that made no progress "
+                        "(default: %(default)s)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     return p
 
@@ -68,10 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"with: python -c 'import secrets; print(secrets.token_urlsafe(24))'), and optionally "
               f"{READ_TOKEN_ENV} for read-only viewers of the page", file=sys.stderr)
         return 2
-    if args.max_body < 1 or args.session_ttl <= 0 or args.max_connections < 1 or \
+    if args.max_body < 1 or args.session_ttl <= 0 or args.max_connections < 1 or args.max_attempts < 1 or \
             not all(0 < t < float("inf") for t in (args.header_timeout, args.body_timeout, args.keep_alive)):
-        print("waypoint serve: --max-body, --session-ttl, --header-timeout, --body-timeout, --keep-alive and "
-              "--max-connections must be positive (and the times finite)", file=sys.stderr)
+        print("waypoint serve: --max-body, --session-ttl, --header-timeout, --body-timeout, --keep-alive, "
+              "--max-connections and --max-attempts must be positive (and the times finite)", file=sys.stderr)
         return 2
     try:
         auth = Auth()
@@ -90,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           max_body=args.max_body, session_ttl=args.session_ttl,
                           header_timeout=args.header_timeout, body_timeout=args.body_timeout,
                           keep_alive=args.keep_alive, max_connections=args.max_connections,
+                          recover=args.recover, max_attempts=args.max_attempts,
                           banner=f"(database {args.db}; token from ${TOKEN_ENV}"
                                  f"{' and $' + READ_TOKEN_ENV if os.environ.get(READ_TOKEN_ENV) else ''})"))
     except ServiceError as err:
@@ -104,14 +116,16 @@ async def serve(targets: Any, store: Any, *, host: str = "127.0.0.1", port: int 
                 log_level: str = "info", banner: str = "", max_body: int = MAX_BODY,
                 session_ttl: float = SESSION_TTL, header_timeout: float = HEADER_TIMEOUT,
                 body_timeout: float = BODY_TIMEOUT, keep_alive: float = KEEP_ALIVE,
-                max_connections: int = MAX_CONNECTIONS) -> None:
+                max_connections: int = MAX_CONNECTIONS, recover: bool = True,
+                max_attempts: int = MAX_ATTEMPTS) -> None:
     """Serve `targets` on `store` with uvicorn until stopped; prints the page's address once listening. A
     request's headers and body must arrive within `header_timeout` / `body_timeout` seconds (else its
     connection is closed), an idle connection closes after `keep_alive` seconds, and past `max_connections`
-    connections a request is answered 503."""
+    connections a request is answered 503. `recover`, `max_attempts`: automatic recovery (`create_app`)."""
     import uvicorn
 
-    app = create_app(targets, store, auth=auth, max_body=max_body, session_ttl=session_ttl)
+    app = create_app(targets, store, auth=auth, max_body=max_body, session_ttl=session_ttl, recover=recover,
+                     max_attempts=max_attempts)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                             http=deadline_protocol(header_timeout, body_timeout), timeout_keep_alive=keep_alive,
                             limit_concurrency=max_connections,

@@ -29,6 +29,13 @@ claims that ended in neither (the worker died, or lost its claim).
 
 A LISTEN connection lost (a Postgres restart) is opened again; a database that is down when the worker
 starts, or goes down later, is tried again as claims are, with a backoff up to `poll` seconds.
+
+**Recovery** (unless `recover=False`): every `poll` seconds the worker also looks for runs of its graphs
+whose process died — a worker, a service, a script — (`waypoint.engine.recover`, engine/recovery.py) and
+queues their continuation (`RunQueue.resume`, by compare-and-set on the version judged), so a run that
+was never queued is continued by the fleet too; a run whose work is already queued or claimed is left to
+the queue, which can claim it at once (recovery ends a dead owner's lease first). Work given up after
+`max_attempts` also stores its run as failed, with why, so recovery does not continue it again.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from waypoint.engine.errors import CheckpointConflict, CheckpointNotFound, GraphInterrupted, StoreUnavailable
+from waypoint.engine.recovery import give_up, recover
 
 from .queue import QueueError, RunQueue
 
@@ -90,11 +98,14 @@ class Worker:
     them; `max_attempts`: claims of one request that ended without an outcome or a hand-back (a worker died
     with it) after which it is recorded as an error instead of run again — a run that kills every worker
     that takes it must not take the fleet down one by one; `serializer`: the queue's codec (the one
-    `RunQueue` used to submit)."""
+    `RunQueue` used to submit); `recover`: also continue runs of `graphs` whose process died and that
+    nobody queued (module docstring), giving a run up after `max_attempts` takeovers in a row without
+    progress."""
 
     def __init__(self, store: Any, graphs: Sequence[Any] | Mapping[str, Any], *, concurrency: int = 8,
                  poll: float = 1.0, lease_seconds: float | None = None, drain_seconds: float = 30.0,
-                 max_attempts: int = 10, serializer: Any = None, name: str | None = None) -> None:
+                 max_attempts: int = 10, serializer: Any = None, name: str | None = None,
+                 recover: bool = True) -> None:
         self.queue = RunQueue(store, serializer=serializer)
         self.store = store
         self.graphs = _by_name(store, graphs)
@@ -105,6 +116,7 @@ class Worker:
         self.lease_seconds = lease_seconds or 2 * max(app.lease_seconds for app in self.graphs.values())
         self.drain_seconds = drain_seconds
         self.max_attempts = max_attempts
+        self.recover = recover
         self.name = name or f"worker:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         _check_pool(store, self.name)
         self._tasks: dict[asyncio.Task, _Item] = {}
@@ -135,6 +147,7 @@ class Worker:
         self._wake = wake = asyncio.Event()
         listening: Any = None
         keeper = asyncio.create_task(self._keep_claims())
+        recovery = asyncio.create_task(self._recover()) if self.recover else None
         claims, listens = _Backoff(self.poll), _Backoff(self.poll)
         try:
             while not self._stopping:
@@ -150,8 +163,10 @@ class Worker:
                     await _wait(wake, min([self.poll, *soon]))
             await self._drain()
         finally:
-            keeper.cancel()
-            await asyncio.gather(keeper, return_exceptions=True)
+            for task in (keeper, recovery):
+                if task is not None:
+                    task.cancel()
+            await asyncio.gather(*(t for t in (keeper, recovery) if t is not None), return_exceptions=True)
             if listening is not None:
                 await listening.close()
             await _quietly(self.queue._absent(self.name))
@@ -205,6 +220,21 @@ class Worker:
                 log.warning("worker %s: renewing its claims failed (%s)", self.name, err)
             await asyncio.sleep(self.lease_seconds / 3)
 
+    async def _recover(self) -> None:
+        """Queue the continuation of this worker's graphs' runs whose process died (engine/recovery.py)."""
+        async def execute(app: Any, meta: Any) -> str:
+            try:
+                await self.queue.resume(meta.checkpoint_id, None, expected_version=meta.version, graph=app.name)
+                said = "queued for the workers"
+            except QueueError as err:  # work for it is queued or claimed already: the queue continues it
+                said = f"left to the queue ({err})"
+            if self._wake is not None:
+                self._wake.set()
+            return said
+
+        await recover(list(self.graphs.values()), watch=True, every=self.poll, concurrency=self.concurrency,
+                      max_attempts=self.max_attempts, execute=execute)
+
     async def _drain(self) -> None:
         if self._tasks and not self._cancel_now:
             await asyncio.wait(set(self._tasks), timeout=self.drain_seconds)
@@ -234,6 +264,7 @@ class Worker:
                      "died or lost its claim before recording an outcome); look at the run's history, fix the cause, "
                      f"and queue it again (queue.resume({cid!r}) continues it)")
             await self._record(item, "error", error, None, None)
+            await self._give_up_run(item, error)
             return
         try:
             outcome, error, result, version = await self._do(item, seen)
@@ -245,6 +276,15 @@ class Worker:
             await self._hand_back(item, 0.0, str(err))
             return
         await self._record(item, outcome, error, result, version)
+
+    async def _give_up_run(self, item: _Item, error: str) -> None:
+        """Store the run failed with why, if it is still `running` and nobody holds it — else recovery would
+        continue what the queue gave up."""
+        try:
+            await give_up(self.graphs[item.graph], item.checkpoint_id, error)
+        except Exception as err:  # noqa: BLE001 - the row says it was given up; recovery's own count still holds
+            log.warning("worker %s: run '%s' was given up but could not be stored as failed (%s)", self.name,
+                        item.checkpoint_id, err)
 
     async def _do(self, item: _Item, seen: _Progress) -> tuple[str, str | None, bytes | None, int | None]:
         """Plan and run one item: (outcome, error, encoded result, the version it left the run at). Every run

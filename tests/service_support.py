@@ -39,6 +39,7 @@ class ServeProcess:
                     "SERVICE_GATE": str(self.gate),
                     "PYTHONPATH": os.pathsep.join([str(PROCS), os.environ.get("PYTHONPATH", "")]), **(env or {})}
         full_env = {k: v for k, v in full_env.items() if not k.startswith("OPENAI_")}
+        self.env = full_env
         waypoint = str(Path(sys.executable).parent / "waypoint")
         self.proc = subprocess.Popen([waypoint, "serve", "--db", str(tmp / "runs.db"), "--agents", agents,
                                       "--port", "0", *args], cwd=tmp, env=full_env, text=True,

@@ -396,9 +396,9 @@ def test_usage_errors_exit_2(db, args):
 # --- words a newcomer found wrong -------------------------------------------------------------------------
 
 def test_options_before_the_command_belong_to_it(db):
-    code, out, err = subprocess.run([str(WAYPOINT), "--json", "runs", "list", "--db", str(db)], capture_output=True,
-                                    text=True, timeout=60, env=_env()).returncode, None, None
-    assert code == 0
+    first = subprocess.run([str(WAYPOINT), "--json", "runs", "list", "--db", str(db)], capture_output=True,
+                           text=True, timeout=60, env=_env())
+    assert first.returncode == 0, first.stderr
     proc = subprocess.run([str(WAYPOINT), "--json", "--db", str(db), "runs", "list"], capture_output=True, text=True,
                           timeout=60, env=_env())
     assert proc.returncode == 0 and {r["checkpoint_id"] for r in json.loads(proc.stdout)} >= {"approve-me"}

@@ -271,6 +271,58 @@ async def test_work_that_every_worker_died_on_is_given_up_after_max_attempts(qst
     assert given_up.attempts == 3 and calls["prepare", "p"] == 0
 
 
+async def test_work_given_up_after_max_attempts_stores_its_run_failed_with_why(qstore):
+    """Workers that took the work wrote the run's claim and died: when the queue gives the work up, the run it
+    left `running` is stored failed with the same words (else recovery would continue what the queue gave up)."""
+    from waypoint.engine.checkpoint import Checkpointer
+    from waypoint.engine.position import RunPosition
+
+    calls: Counter = Counter()
+    app = approval_graph(qstore, calls)
+    queue = RunQueue(qstore)
+    await queue.submit(app, "p", "run-p")
+    assert len(await queue._claim("ghost", ["ask"], 5, 0.05)) == 1
+    ghost = Checkpointer(store=qstore, serializer=app.get_serializer(), checkpoint_id="run-p",
+                         graph_structure=app.structure, owner="elsewhere:1:ghost", lease_seconds=0.05)
+    await ghost.save(RunPosition(pending={"prepare": "p"}, ledger=1, lineage="ghost"), "running")
+    await asyncio.sleep(0.1)
+    assert len(await queue._claim("ghost", ["ask"], 5, 0.05)) == 1  # a second one took it and died too
+    await asyncio.sleep(0.1)
+    worker = Worker(qstore, [app], poll=0.05, max_attempts=2, recover=False)
+    task = await running(worker)
+    given_up = await queue.wait("run-p", timeout=20)
+    await stopped(worker, task)
+    assert given_up.outcome == "error" and "gave up after 2 attempts" in given_up.error
+    meta = (await app.get_run("run-p")).meta
+    assert meta.status == "failed" and meta.error == given_up.error and calls["prepare", "p"] == 0
+
+
+async def test_a_worker_continues_a_crashed_run_nobody_queued_unless_told_not_to(qstore):
+    """Recovery in the worker: a run of its graph left `running` by a process that died (not through the queue)
+    is queued for the fleet and continued; `Worker(recover=False)` leaves it."""
+    from waypoint.engine.checkpoint import Checkpointer
+    from waypoint.engine.position import RunPosition
+
+    calls: Counter = Counter()
+    app = approval_graph(qstore, calls)
+    queue = RunQueue(qstore)
+    ghost = Checkpointer(store=qstore, serializer=app.get_serializer(), checkpoint_id="orphan",
+                         graph_structure=app.structure, owner="elsewhere:1:ghost", lease_seconds=0.05)
+    await ghost.save(RunPosition(pending={"prepare": "o"}, ledger=1, lineage="ghost"), "running")
+    await asyncio.sleep(0.1)  # its lease has expired: its process is gone
+    off = Worker(qstore, [app], poll=0.05, recover=False)
+    task = await running(off)
+    await asyncio.sleep(0.5)  # ten looks at the queue: nothing is queued, so nothing runs
+    await stopped(off, task)
+    assert await queue.status("orphan") is None and calls["prepare", "o"] == 0
+    on = Worker(qstore, [app], poll=0.05)
+    task = await running(on)
+    await until(lambda: queue.status("orphan"))
+    paused = await queue.wait("orphan", timeout=20)
+    await stopped(on, task)
+    assert paused.outcome == "interrupted" and calls["prepare", "o"] == 1 and calls["ask", "o"] == 1
+
+
 # --- claims that let go (a token per claim; renewed only while worked on; handed back, never orphaned) ------
 
 async def test_a_stale_claim_finishes_nothing_even_when_the_same_worker_claims_again(qstore):

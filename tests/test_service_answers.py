@@ -136,7 +136,7 @@ def test_a_takeover_continues_a_run_whose_service_died(tmp_path):
         first.proc.send_signal(signal.SIGKILL)  # dies inside the approved call; its lease (30 s) still runs
         first.proc.wait(10)
     first.gate.touch()
-    with ServeProcess(tmp_path) as second, second.client() as c:
+    with ServeProcess(tmp_path, args=("--no-recover",)) as second, second.client() as c:  # by hand, not by recovery
         r = c.post("/runs/orphan/resume", json={})
         assert r.status_code == 409 and "takeover: true" in r.json()["detail"]  # its owner is gone: say so
         assert "is gone" in r.json()["detail"]

@@ -33,14 +33,16 @@ def fleet():
 
 
 def worker(url: str, graphs: str, journal: Path, cwd: Path, *, lease: float, skew: float = 0.0,
-           claim: float | None = None, poll: float = 0.2, concurrency: int = 4, **env: str) -> subprocess.Popen:
+           claim: float | None = None, poll: float = 0.2, concurrency: int = 4, recover: bool = True,
+           **env: str) -> subprocess.Popen:
     """`waypoint worker --graphs lease_graphs:<graphs>` in a process (tests/procs/worker_proc.py)."""
     environ = {**os.environ, "PYTHONPATH": str(PROCS), "FLEET_JOURNAL": str(journal), "FLEET_LEASE": str(lease),
                "WAYPOINT_TEST_SKEW": str(skew), **env}
     if claim is not None:
         environ["WAYPOINT_TEST_CLAIM_SECONDS"] = str(claim)
     cmd = [sys.executable, str(PROCS / "worker_proc.py"), "--db", url, "--graphs", f"lease_graphs:{graphs}",
-           "--concurrency", str(concurrency), "--poll", str(poll), "--pool", "4", "--drain", "10"]
+           "--concurrency", str(concurrency), "--poll", str(poll), "--pool", "4", "--drain", "10",
+           *([] if recover else ["--no-recover"])]
     return subprocess.Popen(cmd, cwd=cwd, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -145,13 +147,15 @@ def test_a_worker_with_a_skewed_clock_never_takes_a_live_run(pg_url, tmp_path, f
 
 def test_a_dead_workers_run_is_taken_over_one_run_lease_after_its_last_renewal(pg_url, tmp_path, fleet):
     """Once a run has written, its lease alone decides the takeover: with 2 s run leases and claims that last
-    20 s unrenewed, another worker continues the run about 2 s after the SIGKILL — not when the claim lapses."""
+    20 s unrenewed, another worker continues the run about 2 s after the SIGKILL — not when the claim lapses.
+    (Recovery is off: on this host it would see the PID gone and not wait for the lease at all, as B11 shows;
+    this is the rule for a worker that died on another host.)"""
     journal = tmp_path / "journal"
-    victim = worker(pg_url, "slow", journal, tmp_path, lease=2.0, claim=20.0, WORK_SECONDS="60")
+    victim = worker(pg_url, "slow", journal, tmp_path, lease=2.0, claim=20.0, recover=False, WORK_SECONDS="60")
     fleet.append(victim)
     submit(pg_url, "slow", ["dead-1"])
     wait_until(lambda: ["work", "dead-1", "start", str(victim.pid)] in lines(journal), timeout=30)
-    other = worker(pg_url, "slow", journal, tmp_path, lease=2.0, claim=20.0, WORK_SECONDS="0.1")
+    other = worker(pg_url, "slow", journal, tmp_path, lease=2.0, claim=20.0, recover=False, WORK_SECONDS="0.1")
     fleet.append(other)
     time.sleep(1.5)  # the other one is up and idle
     victim.send_signal(signal.SIGKILL)

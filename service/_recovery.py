@@ -1,0 +1,52 @@
+"""Automatic recovery in the service: runs of the served agents and graphs whose process died are continued
+here, with nobody calling resume (`waypoint.engine.recover`, engine/recovery.py, says which and how).
+
+The service starts it with its lifespan and stops it before cancelling its executions. Each run it
+continues is one of the service's own executions (a resume with no answers, claimed by compare-and-set on
+the version recovery judged), so its events reach the run's event stream and the page like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from waypoint.engine import recover
+from waypoint.engine.recovery import MAX_ATTEMPTS
+
+from ._state import ServiceState
+
+__all__ = ["start_recovery", "stop_recovery"]
+
+EVERY = 1.0
+"""Seconds between looks for runs to recover."""
+CONCURRENCY = 4
+"""Runs recovery continues at once (more wait their turn)."""
+
+
+def start_recovery(state: ServiceState, *, max_attempts: int = MAX_ATTEMPTS, every: float = EVERY,
+                   concurrency: int = CONCURRENCY) -> asyncio.Task:
+    """Recover the served runs now and keep recovering them until `stop_recovery`."""
+    by_app = {id(t.app): t for t in state.targets.values()}
+
+    async def execute(app: Any, meta: Any) -> str:
+        ex = state.executor.launch(by_app[id(app)], meta.checkpoint_id, "resume", expected_version=meta.version,
+                                   created_at=meta.created_at)
+        outcome = await asyncio.shield(ex.claimed)  # shielded: cancelling recovery never touches the execution
+        if outcome.version is None:
+            raise outcome.error or RuntimeError("the execution ended before it claimed the run")
+        await asyncio.shield(ex.finished)
+        found = await state.store.history(meta.checkpoint_id, limit=1)
+        return f"continued by this service: now {found[0].status if found else 'deleted'}"
+
+    apps = [t.app for t in state.targets.values()]
+    return asyncio.create_task(recover(apps, watch=True, every=every, concurrency=concurrency,
+                                       max_attempts=max_attempts, execute=execute), name="waypoint-recovery")
+
+
+async def stop_recovery(task: asyncio.Task | None) -> None:
+    """Stop looking (the runs it started stay executions of the service, cancelled with the others)."""
+    if task is None:
+        return
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)

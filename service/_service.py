@@ -25,24 +25,27 @@ class Service(ServiceState):
     """Runs `runners_or_graphs` (a mapping name -> Runner / ChatModelAgent / Graph / CompiledGraph, a list,
     or one) on `store` behind bearer-token `auth` (see `Auth`). `service.router` is the FastAPI router;
     `await service.aclose()` cancels the runs it executes (each is saved as cancelled, resumable).
-    `max_body` limits request bodies (bytes, 413 over it); `session_ttl` the page's sessions (seconds)."""
+    `max_body` limits request bodies (bytes, 413 over it); `session_ttl` the page's sessions (seconds);
+    `queue` (True, or a `RunQueue` on `store`) hands starts and resumes to `waypoint worker` processes instead
+    of executing them here (docs/service.md, "Where runs execute")."""
 
     def __init__(self, runners_or_graphs: Any, store: Any, *, auth: Any = None, max_body: int = MAX_BODY,
-                 session_ttl: float = SESSION_TTL) -> None:
-        super().__init__(runners_or_graphs, store, auth=auth, max_body=max_body, session_ttl=session_ttl)
+                 session_ttl: float = SESSION_TTL, queue: Any = None) -> None:
+        super().__init__(runners_or_graphs, store, auth=auth, max_body=max_body, session_ttl=session_ttl,
+                         queue=queue)
         self.router = APIRouter(default_response_class=SafeJSONResponse)
         self.router.include_router(build_api_router(self))
         self.router.include_router(build_ui_router(self))
 
 
 def create_router(runners_or_graphs: Any, store: Any, *, auth: Any = None, max_body: int = MAX_BODY,
-                  session_ttl: float = SESSION_TTL) -> APIRouter:
+                  session_ttl: float = SESSION_TTL, queue: Any = None) -> APIRouter:
     """The service as a router for an existing FastAPI app: `app.include_router(router, prefix="/waypoint")`.
 
     The router's lifespan (merged into the app's by `include_router`) cancels the runs it executes when the
     app shuts down; `router.service` is the `Service`.
     """
-    service = Service(runners_or_graphs, store, auth=auth, max_body=max_body, session_ttl=session_ttl)
+    service = Service(runners_or_graphs, store, auth=auth, max_body=max_body, session_ttl=session_ttl, queue=queue)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
@@ -58,10 +61,12 @@ def create_router(runners_or_graphs: Any, store: Any, *, auth: Any = None, max_b
 
 
 def create_app(runners_or_graphs: Any, store: Any, *, auth: Any = None, title: str = "Waypoint",
-               max_body: int = MAX_BODY, session_ttl: float = SESSION_TTL) -> FastAPI:
+               max_body: int = MAX_BODY, session_ttl: float = SESSION_TTL, queue: Any = None) -> FastAPI:
     """An ASGI app (FastAPI) serving `runners_or_graphs` on `store`: the API, its OpenAPI document at
-    `/openapi.json`, and the approval page at `/ui`. `auth`: see `Auth` (default: `WAYPOINT_TOKEN`)."""
-    router = create_router(runners_or_graphs, store, auth=auth, max_body=max_body, session_ttl=session_ttl)
+    `/openapi.json`, and the approval page at `/ui`. `auth`: see `Auth` (default: `WAYPOINT_TOKEN`); `queue`:
+    see `Service`."""
+    router = create_router(runners_or_graphs, store, auth=auth, max_body=max_body, session_ttl=session_ttl,
+                           queue=queue)
     service: Service = router.service  # type: ignore[attr-defined]
     app = FastAPI(title=title, version="1", docs_url=None, redoc_url=None, openapi_url=None,
                   description="Start, inspect and resume checkpointed Waypoint runs; follow them live (SSE).")

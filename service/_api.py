@@ -115,7 +115,9 @@ class _Api:
             return SafeJSONResponse({"checkpoint_id": ex.checkpoint_id, "graph": ex.target.name,
                                      "status": outcome.status, "version": outcome.version,
                                      "last_event_id": ex.first_event}, status_code=code)
-        await ex.finished
+        failed = await ex.finished  # work handed to a worker may still be refused there (its compare-and-set)
+        if failed is not None:
+            return await refused(self.state, attempt, failed)
         view = await self._view(ex.checkpoint_id)
         if isinstance(view, SafeJSONResponse):
             return view

@@ -57,6 +57,7 @@ class Execution:
         """The `created_at` of the run it wrote its claim on."""
         self.claimed: asyncio.Future[Outcome] = loop.create_future()
         self.finished: asyncio.Future[None] = loop.create_future()
+        """Resolved (with None) once the execution ended."""
         self.version: int | None = None
         self.written_at: float | None = None
         self.task: asyncio.Task | None = None

@@ -60,8 +60,13 @@ class Submission:
 
     @property
     def finished(self) -> Any:
-        """Waits until the worker recorded the outcome (an awaitable)."""
-        return self.dispatcher.queue.wait(self.checkpoint_id)
+        """Waits until the worker recorded the outcome (an awaitable): None, or the error of work that was not
+        done (the run moved on before a worker claimed it, say) as the engine's error."""
+        return self._finished()
+
+    async def _finished(self) -> BaseException | None:
+        status = await self.dispatcher.queue.wait(self.checkpoint_id)
+        return _engine_error(self.checkpoint_id, status.error or "") if status.outcome == "error" else None
 
 
 class Dispatcher:

@@ -60,6 +60,7 @@ class Stream:
 
     def __init__(self, server: ServeProcess, path: str, last_event_id: Any = None) -> None:
         self.events: list[tuple[float, str, Any]] = []
+        self.ids: list[str | None] = []
         self.cond = threading.Condition()
         self.client = server.client()
         headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
@@ -69,9 +70,10 @@ class Stream:
     def _read(self, path: str, headers: dict) -> None:
         try:
             with self.client.stream("GET", path, headers=headers) as resp:
-                for _ident, kind, data in events(resp):
+                for ident, kind, data in events(resp):
                     with self.cond:
                         self.events.append((time.monotonic(), kind, data))
+                        self.ids.append(ident)
                         self.cond.notify_all()
         except Exception:  # noqa: BLE001 - closed by the test
             pass
@@ -210,6 +212,66 @@ def test_a_worker_sigkilled_mid_run_is_taken_over_and_the_stream_follows_it(pg, 
         run.close()
 
 
+def test_an_answer_queued_while_no_worker_runs_applies_to_its_pause_or_to_nothing(pg, pg_url, tmp_path, procs):
+    """With every worker gone, a start is answered "queued" and an approve waits in the queue; the run is
+    answered elsewhere meanwhile; the next worker's compare-and-set refuses the stale approve, which the
+    waiting request gets as a 409 — the tool never runs."""
+    import sys
+
+    from pg import database_of
+    from waypoint.engine import Runner
+    from waypoint.middleware import ApprovalResult
+    from waypoint.stores import SQLStore
+
+    desk, db = tmp_path / "desk", database_of(pg_url)
+    desk.mkdir()
+    procs.append(spawn_worker(pg_url, desk, tmp_path))
+    wait_until(lambda: live_workers(pg, db) == 1, 60, "a live worker")
+    with serve(tmp_path, desk, db=pg_url) as s, s.client() as c:
+        (approval,) = c.post("/runs", json={"agent": "desk", "input": "deploy", "checkpoint_id": "q-1",
+                                            "wait": True}).json()["interrupts"]
+        procs[0].send_signal(signal.SIGTERM)
+        assert procs[0].wait(30) == 0
+        queued = c.post("/runs", json={"agent": "desk", "input": "later", "checkpoint_id": "q-2"})
+        assert queued.status_code == 201 and queued.json()["status"] == "queued", queued.text
+        assert queued.json()["version"] is None
+        answered: dict[str, Any] = {}
+
+        def approve() -> None:
+            with s.client() as waiting:
+                answered["r"] = waiting.post("/runs/q-1/resume", json={"wait": True, "answers": [
+                    {"action": "approve", "interrupt_id": approval["id"], "digest": approval["digest"]}]})
+
+        waiter = threading.Thread(target=approve)
+        waiter.start()
+        wait_until(lambda: pg.sql("SELECT kind, state FROM waypoint_queue WHERE checkpoint_id = 'q-1'", db=db)
+                   == [("resume", "queued")], 30, "the approve queued")
+        twice = c.post("/runs/q-1/resume", json={"answers": [{"action": "reject", "interrupt_id": approval["id"]}]})
+        assert twice.status_code == 409 and "already has work in the queue" in twice.json()["detail"], twice.text
+
+        async def reject_elsewhere() -> None:  # a person answers with another program meanwhile
+            sys.path.insert(0, str(PROCS))
+            from desk_agent import build
+
+            store = SQLStore(pg_url)
+            try:
+                async for _ in Runner(build(), store=store).resume_with_params(
+                        "q-1", {approval["id"]: ApprovalResult(approved=False, reason="changed my mind")}):
+                    pass
+            finally:
+                await store.close()
+
+        asyncio.run(reject_elsewhere())
+        procs.append(spawn_worker(pg_url, desk, tmp_path))
+        waiter.join(60)
+        r = answered["r"]
+        assert r.status_code == 409 and "moved past version" in r.json()["detail"], r.text
+        run = c.get("/runs/q-1").json()
+        assert run["status"] == "completed" and "changed my mind" in run["messages"][-2]["content"]
+        assert wait_until(lambda: c.get("/runs/q-2").json().get("status") == "interrupted", 30, "q-2 ran")
+    assert acts(desk) == []  # the stale approve never ran the tool
+
+
 def test_a_run_a_worker_executes_on_sqlite_reaches_the_services_streams_by_polling(tmp_path, procs):
     """Not submitted through the service: a worker executes it, queued by another program; the service (no
     queue of its own) follows it from the SQLite file."""
@@ -248,7 +310,26 @@ def test_a_run_a_worker_executes_on_sqlite_reaches_the_services_streams_by_polli
         assert c.get("/runs/w-1").json()["status"] == "completed"
         run.close()
         page.close()
-    assert [a[0] for a in acts(desk)] == ["hold tight"]
+        # a reader that left while a run was at rest comes back after it moved: it gets exactly what it missed
+        asyncio.run(queue(lambda q: q.submit("desk", "again", "w-2")))
+        (pending,) = wait_until(lambda: c.get("/runs/w-2").json().get("interrupts"), 20, "w-2 paused")
+        first = Stream(s, "/runs/w-2/events")
+        first.wait_for("snapshot")
+        left_at = first.ids[0]  # the snapshot's ID: the last event of the run's log when it was read
+        first.close()
+        asyncio.run(queue(lambda q: q.resume("w-2", {pending["id"]: ApprovalResult(approved=True)})))
+        wait_until(lambda: c.get("/runs/w-2").json()["status"] == "completed", 20, "w-2 completed")
+        back = Stream(s, "/runs/w-2/events", left_at)
+        assert back.wait_for("end")["status"] == "completed"
+        assert back.kinds()[:1] == ["started"] and "snapshot" not in back.kinds()
+        assert back.wait_for("tool_result")["content"] == "did again"
+        # deleted by another program while read: the reader is told, and its stream ends
+        asyncio.run(queue(lambda q: q.store.delete("w-2")))
+        back.wait_for("deleted")
+        back.thread.join(10)
+        assert not back.thread.is_alive()
+        back.close()
+    assert [a[0] for a in acts(desk)] == ["hold tight", "again"]
 
 
 def test_a_models_hostile_text_from_a_worker_reaches_the_streams_escaped_and_breaks_nothing(tmp_path, procs):

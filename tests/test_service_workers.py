@@ -115,14 +115,15 @@ def test_the_service_hands_runs_to_two_workers_on_postgres_and_streams_their_eve
     wait_until(lambda: live_workers(pg, database_of(pg_url)) == 2, 60, "two live workers")
     with serve(tmp_path, desk, db=pg_url) as s, s.client() as c:
         page = Stream(s, "/events")  # what the approval page follows
-        started = c.post("/runs", json={"agent": "desk", "input": "deploy", "checkpoint_id": "t-1"})
+        started = c.post("/runs", json={"agent": "desk", "input": "hold deploy", "checkpoint_id": "t-1"})
         assert started.status_code == 201, started.text
         assert started.json()["status"] == "running" and started.json()["version"] == 1  # a worker's claim
         run = Stream(s, "/runs/t-1/events", started.json()["last_event_id"])
         paused = run.wait_for("interrupt")
         assert page.wait_for("interrupt", lambda d: d["checkpoint_id"] == "t-1")["version"] == paused["version"]
         (approval,) = c.get("/approvals").json()["approvals"]
-        assert (approval["checkpoint_id"], approval["tool"], approval["arguments"]) == ("t-1", "act", {"command": "deploy"})
+        assert (approval["checkpoint_id"], approval["tool"], approval["arguments"]) == ("t-1", "act",
+                                                                                      {"command": "hold deploy"})
         assert approval["id"] == paused["interrupts"][0]["id"] and c.get("/ui").status_code == 200
         view = c.get("/runs/t-1").json()
         assert view["status"] == "interrupted" and not view["active"]
@@ -143,20 +144,22 @@ def test_the_service_hands_runs_to_two_workers_on_postgres_and_streams_their_eve
         assert resumed.json()["status"] == "running" and resumed.json()["version"] == view["version"] + 1
         again = c.post("/runs/t-1/resume", json=approve)  # the same answer twice: refused, never run twice
         assert again.status_code == 409, again.text
+        result = run.wait_for("tool_result")  # live: the worker's model holds its next step meanwhile
+        assert (result["name"], result["content"], result["run_path"]) == ("act", "did hold deploy", ["desk"])
+        assert run.kinds().count("end") == 1 and not (desk / "gate").exists()
+        (desk / "gate").touch()
         end = run.wait_for("end", lambda d: d["status"] == "completed")
         assert page.wait_for("end", lambda d: d["checkpoint_id"] == "t-1" and d["status"] == "completed")
-        result = run.wait_for("tool_result")
-        assert (result["name"], result["content"], result["run_path"]) == ("act", "did deploy", ["desk"])
         kinds = run.kinds()
         assert kinds.index("interrupt") < kinds.index("started", kinds.index("interrupt")) < kinds.index("tool_result")
         assert [k for k in kinds if k in ("started", "interrupt", "end")] == ["started", "interrupt", "end",
                                                                             "started", "end"]
-        assert run.wait_for("tool_call")["arguments_json"] == '{"command": "deploy"}'
-        assert run.wait_for("message", lambda d: d["content"].startswith("Done"))["content"] == "Done: did deploy"
+        assert run.wait_for("tool_call")["arguments_json"] == '{"command": "hold deploy"}'
+        assert run.wait_for("message", lambda d: d["content"].startswith("Done"))["content"] == "Done: did hold deploy"
         done = c.get("/runs/t-1").json()
         assert done["status"] == "completed" and done["version"] == end["version"]
         ((command, pid),) = acts(desk)  # the tool ran once, in a worker
-        assert command == "deploy" and pid in pids
+        assert command == "hold deploy" and pid in pids
 
         # wait: true answers with the run once it stopped, as when the service executes it
         waited = c.post("/runs", json={"agent": "desk", "input": "status", "checkpoint_id": "t-2", "wait": True})
@@ -175,7 +178,7 @@ def test_the_service_hands_runs_to_two_workers_on_postgres_and_streams_their_eve
         assert over.status_code == 201 and over.json()["interrupts"][0]["arguments"] == {"command": "other"}, over.text
         run.close()
         page.close()
-    assert [a[0] for a in acts(desk)] == ["deploy"]
+    assert [a[0] for a in acts(desk)] == ["hold deploy"]
 
 
 def test_a_worker_sigkilled_mid_run_is_taken_over_and_the_stream_follows_it(pg, pg_url, tmp_path, procs):

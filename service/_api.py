@@ -264,7 +264,7 @@ class _Api:
                 return missing(checkpoint_id)
             log = self.state.logs.current(checkpoint_id, head[0].created_at)  # never another run's log
             if checkpoint_id not in self.executor.launched:  # executed elsewhere (or at rest): from the store
-                await self.state.watcher.follow(checkpoint_id, head[0])
+                self.state.watcher.follow(checkpoint_id, head[0])
 
         async def snapshot() -> dict[str, Any]:
             view = await self._view(checkpoint_id)

@@ -100,7 +100,7 @@ class Dispatcher:
         """Submit the resume of the run at version `seen` (the one the answers were checked against) with
         `answers` (what `ainvoke(resume=...)` takes)."""
         log = self.logs.current(checkpoint_id, seen.created_at)
-        await self.watcher.follow(checkpoint_id, seen)  # its events from `seen` on go to the run's log
+        self.watcher.follow(checkpoint_id, seen)  # its events from `seen` on go to the run's log
         sub = Submission(self, checkpoint_id, target, "resume", log, seen.version)
         try:
             workers = await self.queue.resume(checkpoint_id, answers, expected_version=seen.version,

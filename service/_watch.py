@@ -131,15 +131,14 @@ class Watcher:
         if found is not None and found.log is log:
             del self.expected[checkpoint_id]
 
-    async def follow(self, checkpoint_id: str, head: Any) -> None:
-        """A reader is about to read the log of run `head` (newest version), which this process does not
-        execute: bring the log up to date first, so a reader that reconnects gets what it missed; a run not
-        seen before is taken as it is now (the reader gets a snapshot of it)."""
+    def follow(self, checkpoint_id: str, head: Any) -> None:
+        """A reader is about to read the log of run `head` (its newest version), which this process does not
+        execute. A run not seen before is taken as it is now (the reader gets a snapshot of it); for one seen
+        before, what happened since is announced at the next look (the log is followed while it has readers,
+        on SQLite; while it is kept, on Postgres), so a reader that comes back gets what it missed."""
         seen = self.runs.get(checkpoint_id)
         if seen is None or seen.created_at != head.created_at:
             self._remember(checkpoint_id, _Seen(head.created_at, head.version, head.status))
-        else:
-            await self._look(checkpoint_id)
 
     async def follow_hub(self) -> None:
         """A reader is about to read the service-wide log. Where the store announces nothing, the runs updated

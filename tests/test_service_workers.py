@@ -399,9 +399,12 @@ def test_a_sync_node_sleeping_in_one_run_does_not_stall_other_requests(tmp_path)
     """Issue 20, item 4: a plain `def` node that sleeps runs off the event loop in `waypoint serve`."""
     with ServeProcess(tmp_path, agents="service_agent:sleepy,service_agent:steps") as s, s.client() as c:
         marker = tmp_path / "sleeping"
+        t0 = time.monotonic()
         r = c.post("/runs", json={"agent": "sleepy", "input": {"marker": str(marker), "seconds": 6},
                                   "checkpoint_id": "slow"})
+        answered = time.monotonic() - t0
         assert r.status_code == 201, r.text
+        assert answered < 1.0, f"POST /runs waited {answered:.1f} s for the sleeping node"
         wait_until(marker.exists, 20, "the node sleeping")
         t0 = time.monotonic()
         assert c.get("/agents").status_code == 200

@@ -387,6 +387,52 @@ def test_a_models_hostile_text_from_a_worker_reaches_the_streams_escaped_and_bre
     assert not (tmp_path / "ran.txt").exists()  # nothing was approved, so nothing ran
 
 
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_a_run_this_service_executes_is_announced_once_though_it_follows_the_store(db, tmp_path, request):
+    """The service follows every run in the store (polling SQLite, NOTIFY on Postgres), yet a run it executes
+    itself has each event once — while it runs and after it ended — and a resume by another program then
+    follows in the same stream."""
+    from service_support import TOKEN, Served, approval_agent
+
+    from waypoint.engine import Runner
+    from waypoint.middleware import ApprovalResult
+    from waypoint.service import create_app
+    from waypoint.stores import SQLiteStore, SQLStore
+
+    def open_store() -> Any:
+        return SQLStore(request.getfixturevalue("pg_url")) if db == "postgres" else SQLiteStore(tmp_path / "runs.db")
+
+    here: list[str] = []
+    app = create_app(approval_agent(here, delay=0.1), open_store(), auth=TOKEN)  # 4 tokens a turn, 0.1 s apart
+    with Served(app) as s, s.client() as c:
+        r = c.post("/runs", json={"input": "uptime", "checkpoint_id": "once"})
+        run = Stream(s, "/runs/once/events", r.json()["last_event_id"])
+        (pending,) = run.wait_for("interrupt")["interrupts"]
+        run.wait_for("end")
+        elsewhere: list[str] = []
+
+        async def approve_elsewhere() -> None:
+            store = open_store()
+            try:
+                runner = Runner(approval_agent(elsewhere), store=store, streaming=True)
+                async for _ in runner.resume_with_params("once", {pending["id"]: ApprovalResult(approved=True)}):
+                    pass
+            finally:
+                await store.close()
+
+        asyncio.run(approve_elsewhere())
+        assert run.wait_for("end", lambda d: d["status"] == "completed")["version"] == c.get("/runs/once").json()["version"]
+        assert run.wait_for("tool_result")["content"] == "ran uptime"
+        kinds = run.kinds()
+        assert [k for k in kinds if k in ("started", "interrupt", "end")] == ["started", "interrupt", "end",
+                                                                            "started", "end"], kinds
+        versions = [d["version"] for _, k, d in run.events if k == "checkpoint"]
+        assert versions == sorted(set(versions)), versions
+        assert kinds.count("message") == 2 and kinds.count("tool_result") == 1, kinds
+        run.close()
+    assert (here, elsewhere) == ([], ["uptime"])
+
+
 def test_serve_refuses_a_queue_on_a_database_no_worker_can_share(tmp_path):
     env = {**os.environ, "WAYPOINT_TOKEN": "serve-token-9a8b7c6d5e4f", "PYTHONPATH": str(PROCS)}
     out = subprocess.run([str(Path(sys.executable).parent / "waypoint"), "serve", "--db", "memory", "--queue",

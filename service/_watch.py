@@ -2,12 +2,14 @@
 followed from the store, so that their events reach this service's event logs and streams as those of the
 runs it executes do.
 
-**How it learns that a run moved.** On Postgres every version written and every run deleted is announced
-when its transaction commits (`SQLStore.listen_runs`: a NOTIFY on `waypoint_runs` carrying the version, its
-status and the run's ID); the watcher listens on one connection, and listens again (reading what it may have
-missed) when that connection is lost. On SQLite, which has no such thing, it polls every `POLL` seconds the
-runs someone follows (a reader, a submission waiting for its claim, a run it saw running) and, while the
-page's stream has readers, the runs updated most recently.
+**How it learns that a run moved.** On Postgres a run's transitions — its start or claim, its pause or end —
+and its deletion are announced when their transaction commits (`SQLStore.listen_runs`: a NOTIFY on
+`waypoint_runs` carrying the version, its status and the run's ID); the watcher listens on one connection,
+and listens again (reading what it may have missed) when that connection is lost. The steps in between are
+not announced (a NOTIFY serialises commits database-wide), so the runs someone follows — a reader, a
+submission waiting for its claim, a run seen running with a log here — are also looked at every `POLL`
+seconds. On SQLite, which announces nothing, that polling is all, plus, while the page's stream has readers,
+a look at the runs updated most recently.
 
 **What it derives.** Only what the store holds, version by version: `checkpoint` (version, step) for each
 version, `started` at a claim (a running version after one that was not), the assistant's messages and tool
@@ -186,13 +188,8 @@ class Watcher:
         if self.executing(checkpoint_id):
             return
         seen = self.runs.get(checkpoint_id)
-        if status != "deleted" and seen is not None and version <= seen.version:
-            return
-        hub = status != "running" or seen is None or seen.status != "running"
-        if hub or checkpoint_id in self.logs.runs or checkpoint_id in self.expected:
+        if status == "deleted" or seen is None or version > seen.version:
             self._mark(checkpoint_id)
-        elif seen is not None:  # running on, and nobody follows it here: only where it is
-            seen.version, seen.messages, seen.decisions = version, None, None
 
     def _mark(self, checkpoint_id: str) -> None:
         self._dirty[checkpoint_id] = None
@@ -223,9 +220,9 @@ class Watcher:
                         backoff = 0.1
                     else:
                         next_listen, backoff = loop.time() + backoff, min(backoff * 2, 5.0)
-            if not listening and loop.time() - last_poll >= self.poll:
+            if loop.time() - last_poll >= self.poll:
                 last_poll = loop.time()
-                await self._poll()
+                await self._poll(hub=not listening)
             while self._dirty:
                 cid = next(iter(self._dirty))
                 del self._dirty[cid]
@@ -238,7 +235,7 @@ class Watcher:
                                 type(err).__name__, err)
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), 30.0 if listening else self.poll)
+                await asyncio.wait_for(self._wake.wait(), self.poll)
             except asyncio.TimeoutError:
                 pass
 
@@ -261,11 +258,12 @@ class Watcher:
             self._mark(cid)
         return self._listening is not None
 
-    async def _poll(self) -> None:
-        """SQLite (or Postgres without its LISTEN): look at the followed runs and, for the page, the newest."""
+    async def _poll(self, hub: bool) -> None:
+        """Look at the followed runs (their steps are not announced) and, with `hub` (SQLite, or Postgres
+        without its LISTEN) while the page's stream is read, at the runs updated most recently."""
         for cid in self._followed():
             self._dirty[cid] = None
-        if not self.logs.hub.readers:
+        if not hub or not self.logs.hub.readers:
             return
         try:
             metas = await self.store.list(limit=HUB_RUNS)

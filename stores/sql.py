@@ -224,11 +224,13 @@ class SQLStore(_sql.SQLStoreMethods):
         return time.time()
 
     async def listen_runs(self, callback: Callable[[str | None, int, str], None]) -> _Listening | None:
-        """Postgres: call `callback(checkpoint_id, version, status)` (on this loop) for every version any
-        process writes to this database, once its transaction commits — `(checkpoint_id, 0, "deleted")` for a
-        deleted run, a `checkpoint_id` of None for an ID too long to announce — and `(None, 0, "lost")` if the
-        connection is lost (listen again, and read what may have been missed meanwhile). None on SQLite:
-        poll instead. The handle has `alive()` and `close()`; it holds one connection of this loop's pool."""
+        """Postgres: call `callback(checkpoint_id, version, status)` (on this loop) for every transition any
+        process writes to this database — a version that starts or claims a run (after one that was not
+        running), one at which it stops — once its transaction commits; `(checkpoint_id, 0, "deleted")` for a
+        deleted run, a `checkpoint_id` of None for an ID too long to announce, and `(None, 0, "lost")` if the
+        connection is lost (listen again, and read what may have been missed meanwhile). A run's steps in
+        between are not announced (read them). None on SQLite: poll instead. The handle has `alive()` and
+        `close()`; it holds one connection of this loop's pool."""
         def announced(payload: str | None) -> None:
             if payload is None:
                 callback(None, 0, "lost")

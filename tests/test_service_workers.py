@@ -100,6 +100,16 @@ class Stream:
         self.client.close()
 
 
+async def submit_directly(db: str, graph: str, input: Any, checkpoint_id: str) -> None:
+    from waypoint.stores import RunQueue, SQLStore
+
+    store = SQLStore(db)
+    try:
+        await RunQueue(store).submit(graph, input, checkpoint_id)
+    finally:
+        await store.close()
+
+
 def live_workers(pg: Any, db: str) -> int:
     try:
         return pg.sql("SELECT COUNT(*) FROM waypoint_workers WHERE graph = 'desk' AND until > "
@@ -179,6 +189,11 @@ def test_the_service_hands_runs_to_two_workers_on_postgres_and_streams_their_eve
         over = c.post("/runs", json={"agent": "desk", "input": "other", "checkpoint_id": "t-3", "force_new_run": True,
                                      "wait": True})
         assert over.status_code == 201 and over.json()["interrupts"][0]["arguments"] == {"command": "other"}, over.text
+        # a run another program queued (not this service): the page's stream has it, from the store's NOTIFY
+        asyncio.run(submit_directly(pg_url, "desk", "directly", "t-4"))
+        assert page.wait_for("started", lambda d: d["checkpoint_id"] == "t-4")["how"] == "start"
+        assert page.wait_for("interrupt", lambda d: d["checkpoint_id"] == "t-4")["interrupts"][0]["arguments"] == {
+            "command": "directly"}
         run.close()
         page.close()
     assert [a[0] for a in acts(desk)] == ["hold deploy"]

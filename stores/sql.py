@@ -79,6 +79,7 @@ class _Listening:
         self.channel = channel
         self.callback = callback
         self.payload = payload
+        self.closing = False
 
     def notified(self, _conn: Any = None, _pid: Any = None, _channel: Any = None, payload: Any = None) -> None:
         if self.payload:
@@ -87,7 +88,9 @@ class _Listening:
             self.callback()
 
     def lost(self, *_: Any) -> None:
-        # the listener wakes and finds it dead: it listens again
+        # the listener wakes and finds it dead: it listens again (unless it is closing it itself)
+        if self.closing:
+            return
         if self.payload:
             self.callback(None)
         else:
@@ -97,6 +100,7 @@ class _Listening:
         return not self.raw.is_closed()
 
     async def close(self) -> None:
+        self.closing = True
         try:
             if not self.raw.is_closed():
                 await self.raw.remove_listener(self.channel, self.notified)

@@ -448,6 +448,38 @@ def test_a_run_this_service_executes_is_announced_once_though_it_follows_the_sto
     assert (here, elsewhere) == ([], ["uptime"])
 
 
+def test_postgres_announces_a_runs_transitions_and_its_deletion_not_its_steps(pg_url):
+    """What a service hears (NOTIFY): the claim, the end, the deletion — never each step, whose commits a
+    NOTIFY would serialise with every other notifying commit of the database."""
+    from conftest import linear
+
+    from waypoint.stores import SQLStore
+
+    async def main() -> tuple[list, int]:
+        store = SQLStore(pg_url)
+        heard: list[tuple] = []
+        deleted = asyncio.Event()
+
+        def on(cid: Any, version: int, status: str) -> None:
+            heard.append((cid, version, status))
+            if status == "deleted":
+                deleted.set()
+
+        listening = await store.listen_runs(on)
+        try:
+            await linear("five", *[lambda x: x + 1] * 5, store=store).ainvoke(0, checkpoint_id="t")
+            newest = (await store.history("t", limit=1))[0].version
+            await store.delete("t")
+            await asyncio.wait_for(deleted.wait(), 30)  # delivered in commit order: the last one
+        finally:
+            await listening.close()
+            await store.close()
+        return heard, newest
+
+    heard, newest = asyncio.run(main())
+    assert newest > 3 and heard == [("t", 1, "running"), ("t", newest, "completed"), ("t", 0, "deleted")]
+
+
 def test_serve_refuses_a_queue_on_a_database_no_worker_can_share(tmp_path):
     env = {**os.environ, "WAYPOINT_TOKEN": "serve-token-9a8b7c6d5e4f", "PYTHONPATH": str(PROCS)}
     out = subprocess.run([str(Path(sys.executable).parent / "waypoint"), "serve", "--db", "memory", "--queue",

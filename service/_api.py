@@ -15,8 +15,8 @@ from waypoint.engine import Message
 from ._events import LogEvent, stream
 from ._execution import Execution
 from ._guard import guarded_route
-from ._queued import Submission
 from ._paging import HISTORY_PAGE, MAX_VERSION, decode_cursor, encode_cursor, history_page
+from ._queued import Submission
 from ._refusals import Attempt, conflict, missing, refused
 from ._responses import SafeJSONResponse, invalid, problem
 from ._resume import Prepared, prepare_resume

@@ -155,8 +155,8 @@ def test_the_service_hands_runs_to_two_workers_on_postgres_and_streams_their_eve
         resumed = c.post("/runs/t-1/resume", json=approve)
         assert resumed.status_code == 200, resumed.text
         assert resumed.json()["status"] == "running" and resumed.json()["version"] == view["version"] + 1
-        again = c.post("/runs/t-1/resume", json=approve)  # the same answer twice: refused, never run twice
-        assert again.status_code == 409, again.text
+        again = c.post("/runs/t-1/resume", json={**approve, "takeover": True})  # twice: refused, never run twice
+        assert again.status_code == 409 and "the workers continue a run" in again.json()["detail"], again.text
         result = run.wait_for("tool_result")  # live: the worker's model holds its next step meanwhile
         assert (result["name"], result["content"], result["run_path"]) == ("act", "did hold deploy", ["desk"])
         assert run.kinds().count("end") == 1 and not (desk / "gate").exists()

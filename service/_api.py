@@ -262,9 +262,10 @@ class _Api:
             head = await self.store.history(checkpoint_id, limit=1)
             if not head:
                 return missing(checkpoint_id)
+            kept = self.state.logs.runs.get(checkpoint_id)
             log = self.state.logs.current(checkpoint_id, head[0].created_at)  # never another run's log
             if checkpoint_id not in self.executor.launched:  # executed elsewhere (or at rest): from the store
-                self.state.watcher.follow(checkpoint_id, head[0])
+                self.state.watcher.follow(checkpoint_id, head[0], fresh=log is not kept)
 
         async def snapshot() -> dict[str, Any]:
             view = await self._view(checkpoint_id)

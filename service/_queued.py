@@ -99,8 +99,9 @@ class Dispatcher:
     async def resume(self, target: Target, checkpoint_id: str, answers: Any, *, seen: Any) -> Submission:
         """Submit the resume of the run at version `seen` (the one the answers were checked against) with
         `answers` (what `ainvoke(resume=...)` takes)."""
+        kept = self.logs.runs.get(checkpoint_id)
         log = self.logs.current(checkpoint_id, seen.created_at)
-        self.watcher.follow(checkpoint_id, seen)  # its events from `seen` on go to the run's log
+        self.watcher.follow(checkpoint_id, seen, fresh=log is not kept)  # events from `seen` on go to its log
         sub = Submission(self, checkpoint_id, target, "resume", log, seen.version)
         try:
             workers = await self.queue.resume(checkpoint_id, answers, expected_version=seen.version,

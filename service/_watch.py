@@ -133,13 +133,14 @@ class Watcher:
         if found is not None and found.log is log:
             del self.expected[checkpoint_id]
 
-    def follow(self, checkpoint_id: str, head: Any) -> None:
+    def follow(self, checkpoint_id: str, head: Any, *, fresh: bool) -> None:
         """A reader is about to read the log of run `head` (its newest version), which this process does not
-        execute. A run not seen before is taken as it is now (the reader gets a snapshot of it); for one seen
-        before, what happened since is announced at the next look (the log is followed while it has readers,
-        on SQLite; while it is kept, on Postgres), so a reader that comes back gets what it missed."""
+        execute. A run not seen before, or a log made just now (`fresh`: no reader can have seen an event of
+        it), is taken as it is now — the reader gets a snapshot of it. Otherwise what happened since the
+        watcher last looked is announced at its next look (the log is followed while it has readers on SQLite,
+        while it is kept on Postgres), so a reader that comes back gets what it missed."""
         seen = self.runs.get(checkpoint_id)
-        if seen is None or seen.created_at != head.created_at:
+        if fresh or seen is None or seen.created_at != head.created_at:
             self._remember(checkpoint_id, _Seen(head.created_at, head.version, head.status))
 
     async def follow_hub(self) -> None:

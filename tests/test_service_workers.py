@@ -110,6 +110,17 @@ async def submit_directly(db: str, graph: str, input: Any, checkpoint_id: str) -
         await store.close()
 
 
+async def resume_directly(db: str, checkpoint_id: str, interrupt_id: str) -> None:
+    from waypoint.middleware import ApprovalResult
+    from waypoint.stores import RunQueue, SQLStore
+
+    store = SQLStore(db)
+    try:
+        await RunQueue(store).resume(checkpoint_id, {interrupt_id: ApprovalResult(approved=True)})
+    finally:
+        await store.close()
+
+
 def live_workers(pg: Any, db: str) -> int:
     try:
         return pg.sql("SELECT COUNT(*) FROM waypoint_workers WHERE graph = 'desk' AND until > "
@@ -190,13 +201,24 @@ def test_the_service_hands_runs_to_two_workers_on_postgres_and_streams_their_eve
                                      "wait": True})
         assert over.status_code == 201 and over.json()["interrupts"][0]["arguments"] == {"command": "other"}, over.text
         # a run another program queued (not this service): the page's stream has it, from the store's NOTIFY
-        asyncio.run(submit_directly(pg_url, "desk", "directly", "t-4"))
+        (desk / "gate").unlink()
+        asyncio.run(submit_directly(pg_url, "desk", "hold directly", "t-4"))
         assert page.wait_for("started", lambda d: d["checkpoint_id"] == "t-4")["how"] == "start"
-        assert page.wait_for("interrupt", lambda d: d["checkpoint_id"] == "t-4")["interrupts"][0]["arguments"] == {
-            "command": "directly"}
+        (direct,) = page.wait_for("interrupt", lambda d: d["checkpoint_id"] == "t-4")["interrupts"]
+        assert direct["arguments"] == {"command": "hold directly"}
+        asyncio.run(resume_directly(pg_url, "t-4", direct["id"]))
+        wait_until(lambda: len((desk / "holding").read_text().splitlines()) == 2, 30, "t-4 holding")
+        # a reader that comes in the middle gets the run as it is, then only what happens after that
+        late = Stream(s, "/runs/t-4/events")
+        snap = late.wait_for("snapshot")
+        assert snap["status"] == "running" and snap["messages"][-1]["content"] == "did hold directly"
+        (desk / "gate").touch()
+        assert late.wait_for("end")["status"] == "completed"
+        assert "tool_result" not in late.kinds() and late.kinds().count("message") == 1, late.kinds()
+        late.close()
         run.close()
         page.close()
-    assert [a[0] for a in acts(desk)] == ["hold deploy"]
+    assert [a[0] for a in acts(desk)] == ["hold deploy", "hold directly"]
 
 
 def test_a_worker_sigkilled_mid_run_is_taken_over_and_the_stream_follows_it(pg, pg_url, tmp_path, procs):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import json
 import time
 import uuid
@@ -16,6 +18,7 @@ from ._events import LogEvent, stream
 from ._execution import Execution
 from ._guard import guarded_route
 from ._paging import HISTORY_PAGE, MAX_VERSION, decode_cursor, encode_cursor, history_page
+from ._queued import Submission
 from ._refusals import Attempt, conflict, missing, refused
 from ._responses import SafeJSONResponse, invalid, problem
 from ._resume import Prepared, prepare_resume
@@ -106,14 +109,19 @@ class _Api:
     def __init__(self, state: ServiceState) -> None:
         self.state, self.store, self.executor = state, state.store, state.executor
 
-    async def _answer(self, ex: Execution, attempt: Attempt, wait: bool, code: int) -> Any:
-        outcome = await ex.claimed
-        if outcome.version is None:
+    async def _answer(self, ex: Execution | Submission, attempt: Attempt, wait: bool, code: int) -> Any:
+        # shielded: a request given up (client gone, server stopping) must not cancel the futures the
+        # execution resolves and announces its start and end by
+        outcome = await asyncio.shield(ex.claimed)
+        if outcome.error is not None or (outcome.version is None and outcome.status != "queued"):
             return await refused(self.state, attempt, outcome.error)
         if not wait:
-            return SafeJSONResponse({"checkpoint_id": ex.checkpoint_id, "graph": ex.target.name, "status": "running",
-                                     "version": outcome.version, "last_event_id": ex.first_event}, status_code=code)
-        await ex.finished
+            return SafeJSONResponse({"checkpoint_id": ex.checkpoint_id, "graph": ex.target.name,
+                                     "status": outcome.status, "version": outcome.version,
+                                     "last_event_id": ex.first_event}, status_code=code)
+        failed = await asyncio.shield(ex.finished)  # work handed to a worker may still be refused there (its compare-and-set)
+        if failed is not None:
+            return await refused(self.state, attempt, failed)
         view = await self._view(ex.checkpoint_id)
         if isinstance(view, SafeJSONResponse):
             return view
@@ -133,8 +141,9 @@ class _Api:
                 for t in self.state.targets.values()]
 
     async def start_run(self, body: StartRun) -> Any:
-        """Start a run in this process. Answers once its first version (the claim) is written — or, with
-        `wait`, once it pauses, completes or fails (then with the run, as GET /runs/{id} gives it)."""
+        """Start a run (in this process, or — with a run queue — in a worker). Answers once its first version
+        (the claim) is written — or, with `wait`, once it pauses, completes or fails (then with the run, as
+        GET /runs/{id} gives it). With a queue and no worker's claim yet, `status` is "queued"."""
         targets = self.state.targets
         if body.agent is None and len(targets) != 1:
             return invalid(["body", "agent"], f"name the agent or graph to run: one of {sorted(targets)}")
@@ -150,7 +159,13 @@ class _Api:
         cid = body.checkpoint_id or uuid.uuid4().hex
         head = await self.store.history(cid, limit=1)
         attempt = Attempt(checkpoint_id=cid, how="start", seen=head[0].version if head else None)
-        ex = self.executor.launch(target, cid, "start", input=data, force_new_run=body.force_new_run)
+        self.state.watcher.ensure()
+        ex: Execution | Submission
+        if self.state.dispatcher is not None:
+            ex = await self.state.dispatcher.start(target, cid, data, force_new_run=body.force_new_run,
+                                                   head=head[0] if head else None)
+        else:
+            ex = self.executor.launch(target, cid, "start", input=data, force_new_run=body.force_new_run)
         return await self._answer(ex, attempt, body.wait, 201)
 
     async def list_runs(self, status: Literal["running", "interrupted", "completed", "failed"] | None = None,
@@ -189,7 +204,8 @@ class _Api:
         return {"history": [meta_view(m) for m in page], "next": more}
 
     async def resume_run(self, checkpoint_id: str, body: ResumeRun) -> Any:
-        """Resume a run in this process with answers by interrupt ID. An `approve` (or `restart`) must carry
+        """Resume a run (in this process, or — with a run queue — in a worker) with answers by interrupt ID.
+        An `approve` (or `restart`) must carry
         the approval's `digest` or `expected_version`. Answers once the claim is written by compare-and-set
         on the version the answers were checked against (or, with `wait`, once the run pauses again,
         completes or fails). 409 when the run moved on, the digest no longer matches, an interrupt is no
@@ -198,9 +214,17 @@ class _Api:
         if not isinstance(prepared, Prepared):
             return prepared
         attempt = Attempt(checkpoint_id=checkpoint_id, how="resume", seen=prepared.seen.version, takeover=body.takeover)
-        ex = self.executor.launch(prepared.target, checkpoint_id, "resume", resume=prepared.resume,
-                                  takeover=body.takeover, expected_version=prepared.seen.version,
-                                  created_at=prepared.seen.created_at)
+        self.state.watcher.ensure()
+        ex: Execution | Submission
+        if self.state.dispatcher is not None:
+            answers = prepared.resume
+            if answers is None and prepared.target.kind == "agent" and await self.state.pending(prepared.seen):
+                answers = True  # as the agent's Runner resumes: every pending pause, with no data
+            ex = await self.state.dispatcher.resume(prepared.target, checkpoint_id, answers, seen=prepared.seen)
+        else:
+            ex = self.executor.launch(prepared.target, checkpoint_id, "resume", resume=prepared.resume,
+                                      takeover=body.takeover, expected_version=prepared.seen.version,
+                                      created_at=prepared.seen.created_at)
         return await self._answer(ex, attempt, body.wait, 200)
 
     async def delete_run(self, checkpoint_id: str,
@@ -218,6 +242,7 @@ class _Api:
         if not await self.store.delete(checkpoint_id):
             return missing(checkpoint_id)
         gone = {"checkpoint_id": checkpoint_id}
+        self.state.watcher.forget(checkpoint_id)
         log = self.state.logs.drop(checkpoint_id)  # its events go with it: a new run on the ID starts afresh
         if log is not None:
             log.append("deleted", gone)
@@ -231,14 +256,20 @@ class _Api:
                          ) -> Any:
         """The run's events as Server-Sent Events: a `snapshot` first (unless `Last-Event-ID` names an event
         still in the log: then what followed it), then live events as they happen."""
+        self.state.watcher.ensure()
         executing = self.executor.running.get(checkpoint_id)
         if executing is not None:  # its log is the run's since its claim
             log = executing.log
         else:
+            if checkpoint_id in self.state.watcher.expected:  # a start submitted here: its log, if claimed
+                await self.state.watcher.look(checkpoint_id)
             head = await self.store.history(checkpoint_id, limit=1)
             if not head:
                 return missing(checkpoint_id)
+            kept = self.state.logs.runs.get(checkpoint_id)
             log = self.state.logs.current(checkpoint_id, head[0].created_at)  # never another run's log
+            if checkpoint_id not in self.executor.launched:  # executed elsewhere (or at rest): from the store
+                self.state.watcher.follow(checkpoint_id, head[0], fresh=log is not kept)
 
         async def snapshot() -> dict[str, Any]:
             view = await self._view(checkpoint_id)
@@ -273,6 +304,8 @@ class _Api:
                              after: str | None = Query(None, max_length=64)) -> Any:
         """Every run's `started`, `interrupt`, `end` and `deleted` events (what the approval page follows). A
         reader that reconnects is replayed only the events of runs that are still stored."""
+        self.state.watcher.ensure()
+        await self.state.watcher.follow_hub()
         async def snapshot() -> dict[str, Any]:
             return {"active": sorted(self.executor.running), "at": time.time()}
 

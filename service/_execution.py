@@ -25,16 +25,19 @@ from waypoint.engine.jsonable import tool_arguments
 from ._events import EventLog, Logs
 from ._targets import Target
 from ._views import message_view, pending_view, plain
+from ._watch import Watcher
 
 __all__ = ["Executor", "Execution", "Outcome"]
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """How an execution began: the version it wrote first, or the error that stopped it before."""
+    """How an execution began: the version it wrote first, or the error that stopped it before (or, for work
+    handed to the run queue that no worker has claimed yet, `status` "queued")."""
 
     version: int | None = None
     error: BaseException | None = None
+    status: str = "running"
 
 
 class Execution:
@@ -54,6 +57,7 @@ class Execution:
         """The `created_at` of the run it wrote its claim on."""
         self.claimed: asyncio.Future[Outcome] = loop.create_future()
         self.finished: asyncio.Future[None] = loop.create_future()
+        """Resolved (with None) once the execution ended."""
         self.version: int | None = None
         self.written_at: float | None = None
         self.task: asyncio.Task | None = None
@@ -96,12 +100,16 @@ class Execution:
 class Executor:
     """Starts and resumes runs as tasks of this process; `aclose()` cancels them (each is saved, resumable)."""
 
-    def __init__(self, store: Any, logs: Logs) -> None:
+    def __init__(self, store: Any, logs: Logs, watcher: Watcher) -> None:
         self.store = store
         self.logs = logs
+        self.watcher = watcher
         self.running: dict[str, Execution] = {}
+        self.launched: dict[str, int] = {}
+        """Executions per run from launch to end (before their claim too): the watcher leaves these runs alone."""
         self.tasks: set[asyncio.Task] = set()
         logs.busy = lambda cid: cid in self.running
+        watcher.executing = lambda cid: cid in self.launched
 
     def launch(self, target: Target, checkpoint_id: str, how: str, *, input: Any = None, resume: Any = None,
                takeover: bool = False, force_new_run: bool = False, expected_version: int | None = None,
@@ -121,6 +129,7 @@ class Executor:
             else:
                 options.update(resume=resume, expected_version=expected_version)
             body = self._drive_graph(ex, target.app.aevents(input, callbacks=[ex], streaming=True, **options))
+        self.launched[checkpoint_id] = self.launched.get(checkpoint_id, 0) + 1
         ex.task = asyncio.create_task(self._run(ex, body), name=f"waypoint-service:{how}:{checkpoint_id}")
         self.tasks.add(ex.task)
         ex.task.add_done_callback(self.tasks.discard)
@@ -150,6 +159,17 @@ class Executor:
             await self._finish(ex, error)
 
     async def _finish(self, ex: Execution, error: BaseException | None) -> None:
+        try:
+            await self._end(ex, error)
+        finally:
+            cid = ex.checkpoint_id
+            self.launched[cid] -= 1
+            if not self.launched[cid]:
+                del self.launched[cid]
+            if not ex.finished.done():
+                ex.finished.set_result(None)
+
+    async def _end(self, ex: Execution, error: BaseException | None) -> None:
         if self.running.get(ex.checkpoint_id) is ex:
             del self.running[ex.checkpoint_id]
         if not ex.claimed.done():  # stopped before it wrote anything: the request gets the error
@@ -161,12 +181,12 @@ class Executor:
                 found = await self.store.history(ex.checkpoint_id, limit=1)
             except Exception:  # noqa: BLE001 - the end is still announced
                 found = []
+            if found:  # what it wrote is no news to the watcher (its announcements may come after this)
+                self.watcher.wrote(found[0])
             data = {"checkpoint_id": ex.checkpoint_id, "status": found[0].status if found else "deleted",
                     "version": found[0].version if found else None, "error": found[0].error if found else None}
             ex.log.append("end", data)
             ex.hub.append("end", data, ex.run)
-        if not ex.finished.done():
-            ex.finished.set_result(None)
 
     # --- agents: AgentEvents -> log events ---------------------------------------------------------------
 

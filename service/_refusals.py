@@ -23,6 +23,7 @@ from waypoint.engine import (
 )
 from waypoint.engine.owners import OwnerState, describe_owner, owner_state
 
+from ._queued import WorkQueued
 from ._responses import SafeJSONResponse, invalid, problem
 from ._state import ServiceState
 from ._views import lease_alive
@@ -71,6 +72,13 @@ async def lease_conflict(state: ServiceState, head: CheckpointMeta, *, takeover:
     """The run is running under a live lease (here or in another process)."""
     cid = head.checkpoint_id
     follow = f"wait for it to pause or finish (GET /runs/{cid}/events follows it)"
+    if state.dispatcher is not None:  # the workers execute runs: a takeover is theirs (at the lease's expiry)
+        known = describe_owner(head.lease_owner)
+        who = f"its lease is held by {head.lease_owner} until {_clock(head.lease_expires)}" + (f"; {known}" if known else "")
+        refused = "takeover is not done from here: " if takeover else ""
+        return await conflict(state, head, f"run '{cid}' is running ({who}): {refused}{follow}; if its process died, "
+                              "the workers continue a run they were given once its lease expires, and POST "
+                              f"/runs/{cid}/resume (no answers) hands them any other then")
     if cid in state.executor.running:
         who = f"this service is executing it right now; its lease runs until {_clock(head.lease_expires)}"
         alive = True
@@ -123,6 +131,11 @@ async def refused(state: ServiceState, attempt: Attempt, err: BaseException | No
     cid = attempt.checkpoint_id
     if isinstance(err, asyncio.CancelledError):
         return problem(503, f"the service is shutting down; run '{cid}' was not {attempt.how}ed: try again")
+    if isinstance(err, WorkQueued):
+        found = await state.store.history(cid, limit=1)
+        return await conflict(state, found[0] if found else None, f"run '{cid}' already has work in the queue (a "
+                              f"worker executes it, or it waits for one); wait for it to pause or finish (GET "
+                              f"/runs/{cid}/events follows it), then answer what it holds", pending=[])
     if isinstance(err, (TypeError, ValueError)):
         return invalid(["body", "input" if attempt.how == "start" else "answers"], f"{type(err).__name__}: {err}")
     found = await state.store.history(cid, limit=1)

@@ -89,7 +89,8 @@ async def _stale(state: ServiceState, head: CheckpointMeta, body: ResumeRun) -> 
     if head.status == "completed":
         return await completed(state, head)
     live = head.status == "running" and head.lease_expires is not None and head.lease_expires > time.time()
-    if live and (head.checkpoint_id in state.executor.running or not body.takeover):
+    executors = head.checkpoint_id in state.executor.running or state.dispatcher is not None  # (workers: theirs)
+    if live and (executors or not body.takeover):
         return await lease_conflict(state, head, takeover=body.takeover)
     if body.expected_version is not None and body.expected_version != head.version:
         return await moved_on(state, head, body.expected_version)

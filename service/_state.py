@@ -1,5 +1,6 @@
 """`ServiceState`: what the endpoints and the page share — the served targets, the store, who may call
-(auth, the page's sessions, the token throttle), the event logs, the executions — and reading runs."""
+(auth, the page's sessions, the token throttle), the event logs, the executions (here, or through the run
+queue), the watcher that follows runs executed elsewhere — and reading runs."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ from ._events import Logs
 from ._execution import Executor
 from ._guard import MAX_BODY
 from ._paging import HISTORY_PAGE, history_page
+from ._queued import Dispatcher
 from ._sessions import SESSION_TTL, Sessions
-from ._targets import Target, prepare_targets
+from ._targets import ServiceError, Target, prepare_targets
 from ._views import pending_view, run_view
+from ._watch import Watcher
 
 __all__ = ["ServiceState"]
 
@@ -26,11 +29,13 @@ _PENDING_CACHE = 4096
 class ServiceState:
     """Runs `runners_or_graphs` (a mapping name -> Runner / ChatModelAgent / Graph / CompiledGraph, a list,
     or one) on `store` behind bearer-token `auth` (see `Auth`); `max_body` limits request bodies (bytes),
-    `session_ttl` the page's sessions (seconds)."""
+    `session_ttl` the page's sessions (seconds). `queue`: None (runs execute in this process), True (a
+    `RunQueue` on `store`: `waypoint worker` processes execute them) or a `RunQueue` on this store (say, with
+    the workers' serializer)."""
 
     def __init__(self, runners_or_graphs: Any, store: Any, *,
                  auth: str | Mapping[str, Iterable[str]] | Decide | Auth | None = None,
-                 max_body: int = MAX_BODY, session_ttl: float = SESSION_TTL) -> None:
+                 max_body: int = MAX_BODY, session_ttl: float = SESSION_TTL, queue: Any = None) -> None:
         self.store = store
         self.targets: dict[str, Target] = prepare_targets(runners_or_graphs, store)
         self.by_fingerprint = {t.fingerprint: t for t in self.targets.values()}
@@ -39,13 +44,24 @@ class ServiceState:
         self.gate = Gate(self.auth, self.sessions)
         self.max_body = max_body
         self.logs = Logs()
-        self.executor = Executor(store, self.logs)
+        self.watcher = Watcher(store, self.logs, self._read, self._name_of)
+        self.executor = Executor(store, self.logs, self.watcher)
+        self.queue = _queue(queue, store)
+        self.dispatcher = Dispatcher(self.queue, self.logs, self.watcher) if self.queue is not None else None
         self._pending: OrderedDict[tuple[str, int, float, float], list[dict[str, Any]]] = OrderedDict()
 
     async def aclose(self) -> None:
         """Cancel the runs this process executes and end every event stream."""
         self.logs.close()
+        await self.watcher.aclose()
         await self.executor.aclose()
+
+    async def _read(self, checkpoint_id: str, version: int, head: CheckpointMeta | None) -> Any:
+        return await self.snapshot(checkpoint_id, version, head=head)
+
+    def _name_of(self, meta: CheckpointMeta) -> str | None:
+        target = self.target_of(meta)
+        return target.name if target is not None else None
 
     def target_of(self, meta: CheckpointMeta) -> Target | None:
         """The served agent or graph that wrote this version (by its fingerprint)."""
@@ -94,3 +110,19 @@ class ServiceState:
             return None
         return run_view(snap, history, newest=history[0].version, history_next=more,
                         active=checkpoint_id in self.executor.running)
+
+
+def _queue(queue: Any, store: Any) -> Any:
+    """The run queue the service submits to (None: it executes runs itself)."""
+    if queue is None or queue is False:
+        return None
+    from waypoint.stores import RunQueue
+
+    if queue is True:
+        if not hasattr(store, "_call"):
+            raise ServiceError(f"a run queue needs an SQL store shared with the workers (SQLStore on Postgres, or a "
+                               f"SQLite file), not {type(store).__name__}: a MemoryStore lives in one process")
+        return RunQueue(store)
+    if not isinstance(queue, RunQueue) or repr(queue.store) != repr(store):
+        raise ServiceError(f"queue= must be True or a RunQueue on the service's store ({store!r}), not {queue!r}")
+    return queue

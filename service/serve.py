@@ -1,17 +1,19 @@
 """`waypoint serve`: the service on uvicorn, bound to 127.0.0.1 unless told otherwise.
 
-    waypoint serve --db URL --agents module:attr[,module:attr...] [--host 127.0.0.1] [--port 8000]
+    waypoint serve --db URL --agents module:attr[,module:attr...] [--queue] [--host 127.0.0.1] [--port 8000]
                    [--max-body BYTES] [--session-ttl SECONDS] [--header-timeout SECONDS]
                    [--body-timeout SECONDS] [--keep-alive SECONDS] [--max-connections N]
                    [--no-recover] [--max-attempts N]
 
 The token comes from `WAYPOINT_TOKEN` (and `WAYPOINT_READ_TOKEN` for read-only viewers); without one, or
 with one shorter than 16 characters, the command refuses to start. Runs started or resumed over HTTP execute
-in this process; stopping it (Ctrl-C, SIGTERM) saves each as cancelled at its last finished step, resumable.
+in this process — or, with `--queue`, in `waypoint worker` processes on the same database (`--db` a
+Postgres URL, or a SQLite file for workers on this machine), whose events reach this service from the store.
+Stopping it (Ctrl-C, SIGTERM) saves each run it executes as cancelled at its last finished step, resumable.
 A request's headers and body must arrive within their timeouts (service/_protocol.py), an idle connection
 is closed after `--keep-alive`, and past `--max-connections` a request is answered 503. Runs of the
-served agents whose process died are continued by this process, at start and while it runs (automatic
-recovery; `--no-recover` turns it off; a run is given up after `--max-attempts` takeovers in a row without
+served agents whose process died are continued by this process (with `--queue`, by the workers), at start
+and while it runs (automatic recovery; `--no-recover` turns it off; a run is given up after `--max-attempts` takeovers in a row without
 progress).
 """
 
@@ -47,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
                         "(default: $WAYPOINT_DB or .waypoint/waypoint.db)")
     p.add_argument("--agents", required=True, metavar="MODULE:ATTR[,...]",
                    help="the ChatModelAgents, Runners or graphs to serve (or functions returning one)")
+    p.add_argument("--queue", action="store_true",
+                   help="hand starts and resumes to `waypoint worker` processes on the same database (a run queue) "
+                        "instead of executing them in this process")
     p.add_argument("--host", default="127.0.0.1", help="the address to bind (default: %(default)s, this machine only)")
     p.add_argument("--port", type=int, default=8000, help="the port (0: any free one; default: %(default)s)")
     p.add_argument("--max-body", type=int, default=MAX_BODY, metavar="BYTES",
@@ -90,6 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "://" not in args.db and args.db != "memory":
             Path(args.db).parent.mkdir(parents=True, exist_ok=True)
         store = open_store(args.db)
+        if args.queue and args.db == "memory":
+            raise ServiceError("--queue needs a database the workers share (a Postgres URL, or a SQLite file), "
+                               "not --db memory")
     except (AuthError, ServiceError, ValueError, OSError) as err:
         print(f"waypoint serve: {err}", file=sys.stderr)
         return 2
@@ -98,11 +106,13 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"(the token travels in every request)", file=sys.stderr)
     try:
         asyncio.run(serve(targets, store, host=args.host, port=args.port, auth=auth, log_level=args.log_level,
+                          queue=args.queue or None,
                           max_body=args.max_body, session_ttl=args.session_ttl,
                           header_timeout=args.header_timeout, body_timeout=args.body_timeout,
                           keep_alive=args.keep_alive, max_connections=args.max_connections,
                           recover=args.recover, max_attempts=args.max_attempts,
-                          banner=f"(database {args.db}; token from ${TOKEN_ENV}"
+                          banner=f"(database {args.db}{'; runs executed by workers' if args.queue else ''}; "
+                                 f"token from ${TOKEN_ENV}"
                                  f"{' and $' + READ_TOKEN_ENV if os.environ.get(READ_TOKEN_ENV) else ''})"))
     except ServiceError as err:
         print(f"waypoint serve: {err}", file=sys.stderr)
@@ -116,16 +126,17 @@ async def serve(targets: Any, store: Any, *, host: str = "127.0.0.1", port: int 
                 log_level: str = "info", banner: str = "", max_body: int = MAX_BODY,
                 session_ttl: float = SESSION_TTL, header_timeout: float = HEADER_TIMEOUT,
                 body_timeout: float = BODY_TIMEOUT, keep_alive: float = KEEP_ALIVE,
-                max_connections: int = MAX_CONNECTIONS, recover: bool = True,
+                max_connections: int = MAX_CONNECTIONS, queue: Any = None, recover: bool = True,
                 max_attempts: int = MAX_ATTEMPTS) -> None:
     """Serve `targets` on `store` with uvicorn until stopped; prints the page's address once listening. A
     request's headers and body must arrive within `header_timeout` / `body_timeout` seconds (else its
     connection is closed), an idle connection closes after `keep_alive` seconds, and past `max_connections`
-    connections a request is answered 503. `recover`, `max_attempts`: automatic recovery (`create_app`)."""
+    connections a request is answered 503. `queue` (True or a `RunQueue`): workers execute the runs.
+    `recover`, `max_attempts`: automatic recovery (`create_app`)."""
     import uvicorn
 
-    app = create_app(targets, store, auth=auth, max_body=max_body, session_ttl=session_ttl, recover=recover,
-                     max_attempts=max_attempts)
+    app = create_app(targets, store, auth=auth, max_body=max_body, session_ttl=session_ttl, queue=queue,
+                     recover=recover, max_attempts=max_attempts)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                             http=deadline_protocol(header_timeout, body_timeout), timeout_keep_alive=keep_alive,
                             limit_concurrency=max_connections,

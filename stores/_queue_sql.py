@@ -1,6 +1,7 @@
 """The run queue's SQL (table `waypoint_queue`, migrations 3 and 4 in stores/_sql.py), for SQLite and Postgres.
 
-One row per run: the work last asked for it (`kind` "start" with an input, or "resume" with answers),
+One row per run: the work last asked for it (`kind` "start" with an input, "start-over" with an input for a
+new run over a paused or failed one (`force_new_run`), or "resume" with answers),
 its `state` ("queued", "claimed" by a worker, "done") and, once done, the outcome. Every function runs
 inside one store transaction (`store._call`). The row never decides who runs the run: the run's own
 record does (compare-and-set on its versions, its lease).
@@ -68,7 +69,9 @@ _SERVING = "SELECT COUNT(*) FROM waypoint_workers w WHERE w.graph = {graph} AND 
 
 def _refusal(checkpoint_id: str, kind: str, status: str | None, live: bool) -> str | None:
     run = f"run '{checkpoint_id}'"
-    if kind == "start":
+    if kind == "start-over" and (status != "running" or not live):
+        return None
+    if kind in ("start", "start-over"):
         if status in (None, "completed"):
             return None
         how = "continues it" if status != "running" or not live else "continues it once it stops"

@@ -190,6 +190,34 @@ def migrate(db: DB, dialect: str) -> None:
 
 # --- operations -------------------------------------------------------------------------------------------
 
+RUNS_CHANNEL = "waypoint_runs"
+"""Postgres NOTIFY channel: a run's transitions — a version that starts it or claims it (written after one
+that was not running), one at which it stops (paused, completed, failed) — and its deletion, announced when
+the transaction commits, as `<version> <status> <checkpoint id>` ("0 deleted <id>" for a delete). What
+`waypoint serve` follows runs executed by other processes with (`SQLStore.listen_runs`). Not every step:
+Postgres serialises the commits of every transaction that notifies (one lock for the whole database), and
+a worker commits at every step."""
+_NOTIFY_ID_BYTES = 7000  # a NOTIFY payload must stay under 8000 bytes: a longer ID is announced as ""
+
+
+def _announce(db: DB, params: dict[str, Any], version: int, status: str, checkpoint_id: str, *,
+              always: bool = False) -> str:
+    """Postgres: a `, pg_notify(...)` column announcing this write on `RUNS_CHANNEL` if it is a transition
+    (`always`: a deletion), evaluated in the statement the write makes anyway (delivered at commit, never for a
+    transaction rolled back); "" on SQLite, where followers poll."""
+    if db.dialect != "postgresql":
+        return ""
+    named = checkpoint_id if len(checkpoint_id.encode("utf-8", "surrogatepass")) <= _NOTIFY_ID_BYTES else ""
+    params["announce"] = f"{int(version)} {status} {named}"
+    if always:
+        return f", pg_notify('{RUNS_CHANNEL}', :announce)"
+    params["announce_status"] = status
+    before = ("COALESCE((SELECT a.status FROM waypoint_checkpoints a WHERE a.checkpoint_id = :c "
+              "ORDER BY a.version DESC LIMIT 1), '')")
+    return (f", CASE WHEN :announce_status <> 'running' OR {before} <> 'running' "
+            f"THEN pg_notify('{RUNS_CHANNEL}', :announce) END")
+
+
 def _lock_run(db: DB, checkpoint_id: str) -> None:
     """Postgres: the run's writers take turns until this transaction ends. (SQLite needs nothing: a
     write transaction already holds the database's only write lock.)"""
@@ -306,10 +334,11 @@ def put(db: DB, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], b
     params["c"] = cid
     in_needed = f"FROM waypoint_blobs WHERE checkpoint_id = :c AND hash IN ({', '.join(f':h{i}' for i in range(len(needed)))})"
     newest_sql = "SELECT MAX(version) FROM waypoint_checkpoints WHERE checkpoint_id = :c"
+    announce = _announce(db, params, meta.version, meta.status, cid)  # in the same round trip
     if needed:  # one round trip for both checks
-        newest, found = db.rows(f"SELECT ({newest_sql}), (SELECT COUNT(*) {in_needed})", params)[0]
+        newest, found = db.rows(f"SELECT ({newest_sql}), (SELECT COUNT(*) {in_needed}){announce}", params)[0][:2]
     else:
-        newest, found = db.rows(newest_sql, params)[0][0], 0
+        newest, found = db.rows(f"SELECT ({newest_sql}){announce}", params)[0][0], 0
     check_newest(cid, newest, expected_version)
     if found < len(needed):
         present = {h for (h,) in db.rows(f"SELECT hash {in_needed}", params)}
@@ -393,8 +422,11 @@ def list_runs(db: DB, status: str | None, limit: int, before: Any) -> list[Check
 
 
 def delete(db: DB, checkpoint_id: str) -> bool:
-    params = {"c": checkpoint_id}
+    params: dict[str, Any] = {"c": checkpoint_id}
     _lock_run(db, checkpoint_id)
+    announce = _announce(db, params, 0, "deleted", checkpoint_id, always=True)
+    if announce:
+        db.rows(f"SELECT 1{announce}", params)
     existed = db.run("DELETE FROM waypoint_checkpoints WHERE checkpoint_id = :c", params) > 0
     db.run("DELETE FROM waypoint_blobs WHERE checkpoint_id = :c", params)
     db.run("DELETE FROM waypoint_ledger WHERE checkpoint_id = :c", params)

@@ -40,7 +40,7 @@ class WorkStatus:
     checkpoint_id: str
     graph: str
     kind: str
-    """"start" (submit) or "resume"."""
+    """"start" (submit), "start-over" (submit with `force_new_run`) or "resume"."""
     state: str
     outcome: str | None = None
     """Once done: the run's status ("completed", "interrupted", "failed"), or "error" when the work
@@ -86,17 +86,22 @@ class RunQueue:
         self.store = store
         self.serializer = serializer
 
-    async def submit(self, graph: Any, input: Any, checkpoint_id: str) -> int:
+    async def submit(self, graph: Any, input: Any, checkpoint_id: str, *, force_new_run: bool = False,
+                     expected_version: int | None = None) -> int:
         """Queue a new run of `graph` (a compiled graph, or its name) on `input` under `checkpoint_id`.
         Returns how many live workers serve the graph (0: it waits until one starts; a warning is logged).
 
-        Raises `QueueError` if the run exists and is not completed (resume it instead), or if work for
-        it is already queued or running."""
+        Raises `QueueError` if the run exists and is not completed (resume it instead) — unless
+        `force_new_run`, which starts a new run over a paused or failed one (not over one running under a
+        live lease) — or if work for it is already queued or running. `expected_version`: the run's version
+        the input was made for (a chat's conversation read from it, say): refused if the run has moved on,
+        and the worker starts the run by compare-and-set on it (as it always does on the version at submit)."""
         _check_id(checkpoint_id)
         payload = self.serializer.dumps(input, root="input")
         name = _graph_name(graph)
-        workers = await self.store._call(_queue_sql.enqueue, checkpoint_id, name, "start", payload, time.time(),
-                                         write=True)
+        kind = "start-over" if force_new_run else "start"
+        workers = await self.store._call(_queue_sql.enqueue, checkpoint_id, name, kind, payload, time.time(),
+                                         expected_version, write=True)
         return _said(checkpoint_id, name, workers)
 
     async def resume(self, checkpoint_id: str, answers: Any = None, *, expected_version: int | None = None,

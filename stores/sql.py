@@ -72,22 +72,35 @@ def _text_cache(text: Callable[[str], Any]) -> Callable[[str], Any]:
 class _Listening:
     """A LISTEN held on one connection: `alive()` until the connection is lost; `close()` gives it back."""
 
-    def __init__(self, conn: Any, raw: Any, channel: str, callback: Callable[[], None]) -> None:
+    def __init__(self, conn: Any, raw: Any, channel: str, callback: Callable[..., None],
+                 payload: bool = False) -> None:
         self.conn = conn
         self.raw = raw
         self.channel = channel
         self.callback = callback
+        self.payload = payload
+        self.closing = False
 
-    def notified(self, *_: Any) -> None:
-        self.callback()
+    def notified(self, _conn: Any = None, _pid: Any = None, _channel: Any = None, payload: Any = None) -> None:
+        if self.payload:
+            self.callback(payload)
+        else:
+            self.callback()
 
     def lost(self, *_: Any) -> None:
-        self.callback()  # the listener wakes and finds it dead: it listens again
+        # the listener wakes and finds it dead: it listens again (unless it is closing it itself)
+        if self.closing:
+            return
+        if self.payload:
+            self.callback(None)
+        else:
+            self.callback()
 
     def alive(self) -> bool:
         return not self.raw.is_closed()
 
     async def close(self) -> None:
+        self.closing = True
         try:
             if not self.raw.is_closed():
                 await self.raw.remove_listener(self.channel, self.notified)
@@ -214,9 +227,28 @@ class SQLStore(_sql.SQLStoreMethods):
             return await self._call(_sql.clock)
         return time.time()
 
-    async def _listen(self, channel: str, callback: Callable[[], None]) -> _Listening | None:
-        """Postgres: call `callback` (on this loop) on every NOTIFY to `channel`, and once more if the
-        connection is lost (a restart, a network cut: listen again then). None on SQLite.
+    async def listen_runs(self, callback: Callable[[str | None, int, str], None]) -> _Listening | None:
+        """Postgres: call `callback(checkpoint_id, version, status)` (on this loop) for every transition any
+        process writes to this database — a version that starts or claims a run (after one that was not
+        running), one at which it stops — once its transaction commits; `(checkpoint_id, 0, "deleted")` for a
+        deleted run, a `checkpoint_id` of None for an ID too long to announce, and `(None, 0, "lost")` if the
+        connection is lost (listen again, and read what may have been missed meanwhile). A run's steps in
+        between are not announced (read them). None on SQLite: poll instead. The handle has `alive()` and
+        `close()`; it holds one connection of this loop's pool."""
+        def announced(payload: str | None) -> None:
+            if payload is None:
+                callback(None, 0, "lost")
+                return
+            version, status, checkpoint_id = (payload.split(" ", 2) + ["", "", ""])[:3]
+            callback(checkpoint_id or None, int(version) if version.isdigit() else 0, status)
+
+        return await self._listen(_sql.RUNS_CHANNEL, announced, payload=True)
+
+    async def _listen(self, channel: str, callback: Callable[..., None], *, payload: bool = False
+                      ) -> _Listening | None:
+        """Postgres: call `callback` (on this loop) on every NOTIFY to `channel` (with the payload when
+        `payload`), and once more if the connection is lost (a restart, a network cut: listen again then;
+        with `payload`, it is given None). None on SQLite.
 
         Holds one connection of this loop's pool until closed."""
         if self.dialect != "postgresql":
@@ -231,7 +263,7 @@ class SQLStore(_sql.SQLStoreMethods):
             if passing(err):
                 raise unavailable(self._label, err) from err
             raise
-        listening = _Listening(conn, raw, channel, callback)
+        listening = _Listening(conn, raw, channel, callback, payload)
         try:
             await raw.add_listener(channel, listening.notified)
         except BaseException as err:

@@ -295,7 +295,7 @@ class Worker:
             value = self.queue.serializer.loads(item.payload)
             if item.attempt == 1:  # nothing touched the run for this request yet: do what was asked
                 before = item.base_version
-                input, resume = (value, None) if item.kind == "start" else (None, value)
+                input, resume = (None, value) if item.kind == "resume" else (value, None)
             else:  # a worker died, drained or handed it back after writing: see where the run is
                 snap = await app.get_run(cid)
                 plan = _plan(item, value, snap)
@@ -303,9 +303,11 @@ class Worker:
                     return self._resting(snap)
                 input, resume = plan
                 before = snap.meta.version if snap is not None else None
+            # "start-over" (submit with force_new_run): a new run over a paused or failed one — until it wrote
+            over = item.kind == "start-over" and before == item.base_version
             try:
                 output = await app.ainvoke(input, checkpoint_id=cid, resume=resume, expected_version=before,
-                                           callbacks=[seen])
+                                           callbacks=[seen], force_new_run=over)
             except GraphInterrupted as paused:
                 return ("interrupted", None, self._encode({c.id: c.info for c in paused.info.contexts}),
                         seen.version)
@@ -417,7 +419,7 @@ def _plan(item: _Item, value: Any, snap: Any) -> Any:
     """(input, resume) for `ainvoke`, or _NOTHING when the run already came to rest after this work."""
     newest = snap.meta.version if snap is not None else None
     if newest == item.base_version:  # nothing written since the work was queued: do what was asked
-        if item.kind == "start":
+        if item.kind != "resume":
             return value, None
         if snap is None:
             raise CheckpointNotFound(f"run '{item.checkpoint_id}' was deleted after its resume was queued")

@@ -32,7 +32,7 @@ class ServeProcess:
     releases a held call."""
 
     def __init__(self, tmp: Path, *, agents: str = SERVED, token: str = SERVE_TOKEN, args: tuple[str, ...] = (),
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, db: str | None = None) -> None:
         self.tmp, self.token = tmp, token
         self.tool_log, self.gate = tmp / "ran.txt", tmp / "gate"
         full_env = {**os.environ, "WAYPOINT_TOKEN": token, "SERVICE_TOOL_LOG": str(self.tool_log),
@@ -41,7 +41,7 @@ class ServeProcess:
         full_env = {k: v for k, v in full_env.items() if not k.startswith("OPENAI_")}
         self.env = full_env
         waypoint = str(Path(sys.executable).parent / "waypoint")
-        self.proc = subprocess.Popen([waypoint, "serve", "--db", str(tmp / "runs.db"), "--agents", agents,
+        self.proc = subprocess.Popen([waypoint, "serve", "--db", db or str(tmp / "runs.db"), "--agents", agents,
                                       "--port", "0", *args], cwd=tmp, env=full_env, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.output: list[str] = []

@@ -225,3 +225,24 @@ async def test_recover_refuses_a_graph_without_a_store_and_bad_options():
         await recover([g.compile()])
     with pytest.raises(ValueError):
         await recover([g.compile()], concurrency=0)
+
+
+async def test_a_service_with_a_queue_leaves_recovery_to_the_workers_and_one_without_recovers(store):
+    from waypoint.service import create_app
+
+    ran = []
+    app = build(store, ran=ran)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    await crashed(app, "dead", f"{os.uname().nodename}:{gone.pid}:cccc", lease=60)
+    queued = create_app(app, store, auth="test-token-5f1c2d", queue=True)
+    async with queued.router.lifespan_context(queued):
+        await asyncio.sleep(2.5)  # recovery, when on, looks at once and every second
+    assert (await app.get_run("dead")).meta.status == "running" and ran == []  # for a worker of graph "g"
+    own = create_app(app, store, auth="test-token-5f1c2d")
+    async with own.router.lifespan_context(own):
+        for _ in range(250):
+            if (await app.get_run("dead")).meta.status == "completed":
+                break
+            await asyncio.sleep(0.02)
+    assert (await app.get_run("dead")).meta.status == "completed" and ran == [1]

@@ -503,3 +503,55 @@ def test_the_service_folder_reads_bottom_up():
         text = (root / "service" / f"{name}.py").read_text()
         imported = set(re.findall(r"^\s*from \.(_?\w+) import", text, re.M))
         assert imported <= set(order[:i]), (name, sorted(imported - set(order[:i])))
+
+
+class _HeldClaims:
+    """A store whose writes wait until `release` is set (so a request can be given up before the claim)."""
+
+    def __init__(self, store):
+        self._store = store
+        self.release = asyncio.Event()
+        self.writing = asyncio.Event()
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    async def put(self, meta, header, parts, blobs, *, expected_version):
+        self.writing.set()
+        await self.release.wait()
+        await self._store.put(meta, header, parts, blobs, expected_version=expected_version)
+
+
+def test_a_request_given_up_before_the_claim_still_has_its_run_announced_to_the_end():
+    """The handler awaiting the claim is cancelled (the client went away, the server stopped): the run goes on,
+    and its stream and the service's stream still get `started` and `end`."""
+    import httpx
+
+    from waypoint.stores import MemoryStore
+
+    async def main() -> tuple[list[str], list[str], str]:
+        store = _HeldClaims(MemoryStore())
+        app = create_app({"refunds": refund_graph()}, store, auth=TOKEN, recover=False)
+        service = app.state.waypoint
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+                request = asyncio.create_task(c.post("/runs", headers=headers, json={
+                    "agent": "refunds", "input": {"amount": 5}, "checkpoint_id": "gone"}))
+                await asyncio.wait_for(store.writing.wait(), 10)
+                request.cancel()
+                await asyncio.gather(request, return_exceptions=True)
+                store.release.set()
+                for _ in range(500):
+                    run = (await c.get("/runs/gone", headers=headers)).json()
+                    if run.get("status") == "interrupted" and not run["active"]:
+                        break
+                    await asyncio.sleep(0.01)
+                kinds = [e.kind for e in service.logs.runs["gone"].events]
+                hub = [e.kind for e in service.logs.hub.events]
+                return kinds, hub, run["status"]
+
+    kinds, hub, status = asyncio.run(main())
+    assert status == "interrupted"
+    assert kinds[0] == "started" and kinds[-1] == "end" and "interrupt" in kinds, kinds
+    assert "started" in hub and "end" in hub, hub

@@ -159,6 +159,18 @@ class Runner:
         is paused or failed refuses new input (`CheckpointExists`) unless `force_new_run=True`, which
         abandons its unfinished turn and goes on from the conversation as it was stored. `callbacks` are
         added to the Runner's for this run."""
+        first = await self.input_for(messages, checkpoint_id=checkpoint_id, force_new_run=force_new_run)
+        options = {"checkpoint_id": checkpoint_id, "force_new_run": force_new_run}
+        async with contextlib.aclosing(self._events(first, options, callbacks)) as events:
+            async for event in events:  # closing this iterator (or cancelling its consumer) cancels the run
+                yield event
+
+    async def input_for(self, messages: str | Message | Sequence[Message], *, checkpoint_id: str | None = None,
+                        force_new_run: bool = False) -> list[Message]:
+        """The messages a new run on `checkpoint_id` starts from, as `run` gives them to the agent's graph: the
+        conversation the last run ended with when it completed (or, with `force_new_run`, as it was stored,
+        its unfinished turn closed), then `messages`. What to submit to a `RunQueue` so a chat goes on in a
+        worker as it would here."""
         history: list[Message] = []
         if checkpoint_id is not None and self.store is not None:
             last = await self.app.get_run(checkpoint_id)
@@ -166,10 +178,7 @@ class Runner:
             if usable:
                 finished = await self._finished_calls(checkpoint_id) if last.meta.status != "completed" else {}
                 history = _close_abandoned(list(last.state.messages), finished)
-        options = {"checkpoint_id": checkpoint_id, "force_new_run": force_new_run}
-        async with contextlib.aclosing(self._events([*history, *as_messages(messages)], options, callbacks)) as events:
-            async for event in events:  # closing this iterator (or cancelling its consumer) cancels the run
-                yield event
+        return [*history, *as_messages(messages)]
 
     async def _finished_calls(self, checkpoint_id: str) -> dict[int, str]:
         """Results of the abandoned turn's calls that did finish (by position in their message)."""

@@ -13,6 +13,8 @@
   researcher asks `execute` (raw's, under approval) to run it; both name their call "call_0".
 - `steps` ("steps"): a graph that loops `n` times, writing a version per step (long histories), each step
   taking `pause` seconds.
+- `sleepy` ("sleepy"): a graph whose one node is a plain `def` that creates the file `marker` and then sleeps
+  `seconds` with `time.sleep` (a sync node that blocks).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 
 from waypoint.engine import END, START, AgentTool, ChatModelAgent, Graph, Message, ToolCall, tool
 from waypoint.engine.models import OfflineModel, ScriptedChatModel
@@ -115,3 +118,17 @@ def steps():
     g.add_edge(START, "step")
     g.add_branch("step", lambda x: "step" if x["i"] < x["n"] else END, ends=["step", END])
     return g.compile(max_steps=10_000)
+
+
+def sleepy():
+    """{"marker": path, "seconds": S} -> creates the file at `marker`, then blocks S seconds in a plain def."""
+    def nap(x: dict) -> dict:
+        open(x["marker"], "w").close()
+        time.sleep(x["seconds"])
+        return x
+
+    g = Graph(name="sleepy")
+    g.add_node("nap", nap)
+    g.add_edge(START, "nap")
+    g.add_edge("nap", END)
+    return g.compile()

@@ -46,12 +46,15 @@ class TaskLedger:
     recorded before; the next step starts an empty page.
     """
 
-    def __init__(self, store: Any, serializer: Any, checkpoint_id: str, epoch: int, address: str) -> None:
+    def __init__(self, store: Any, serializer: Any, checkpoint_id: str, epoch: int, address: str,
+                 check: Callable[[], None] | None = None) -> None:
         self.store = store
         self.serializer = serializer
         self.checkpoint_id = checkpoint_id
         self.epoch = epoch
         self.prefix = f"{address}|"
+        self.check = check
+        """Raises `LeaseLost` once the run is no longer this process's (called before every write)."""
 
     async def recorded(self) -> dict[str, Any]:
         """Every entry this task recorded in this step: key -> value.
@@ -64,7 +67,12 @@ class TaskLedger:
         return {k[n:]: self._open(k, v) for k, v in rows.items() if k.startswith(self.prefix)}
 
     async def record(self, key: str, value: Any) -> bool:
-        """Record `value` under `key` unless an entry is there already; True if this call wrote it."""
+        """Record `value` under `key` unless an entry is there already; True if this call wrote it.
+
+        Raises `LeaseLost` instead when the run is no longer this process's: a process stopped past its lease
+        (and woken while another runs the call again) must not record its result as the call's."""
+        if self.check is not None:
+            self.check()
         full = self.prefix + key
         entry = {"ledger": [self.checkpoint_id, self.epoch, full], "value": value}
         data = self.serializer.dumps(entry, root=f"ledger entry '{key}' of run '{self.checkpoint_id}'")
@@ -195,7 +203,8 @@ def task_ledger() -> TaskLedger | None:
     if source is None:
         return None
     store, serializer, checkpoint_id, epoch = source()
-    return TaskLedger(store, serializer, checkpoint_id, epoch, scope.place or f"{scope.run.address};node:{scope.node}")
+    return TaskLedger(store, serializer, checkpoint_id, epoch, scope.place or f"{scope.run.address};node:{scope.node}",
+                      check=scope.run.before_step)
 
 
 def enclosing_state() -> Any:

@@ -90,11 +90,12 @@ def stop(proc: subprocess.Popen) -> str:
 # --- 1. a frozen process starts no tool call --------------------------------------------------------------
 
 @pytest.mark.parametrize("wake", ["while-b-reruns-call-1", "after-b-completed"])
-def test_a_worker_frozen_past_its_lease_starts_no_tool_call_once_it_wakes(pg_url, tmp_path, fleet, wake):
+def test_a_worker_frozen_past_its_lease_starts_no_tool_call_once_it_wakes(pg, pg_url, tmp_path, fleet, wake):
     """Worker A is frozen (SIGSTOP) inside call 1 of two sequential calls, past its lease. Worker B takes the run
     over, runs call 1 again (flagged rerun) and call 2, and completes it. A wakes — while B is still inside call 1
     (nobody has recorded call 2 yet), or once B is done. Either way call 1 returns inside A and A starts nothing
-    more: not call 2, not the next model step. (What stops A is its lease check before the call — its deadline
+    more: not call 2, not the next model step — and records nothing: the tool ledger holds B's result of call 1,
+    the one the run went on with. (What stops A is its lease check before the call — its deadline
     passed, or its renewal was refused; the ledger's refusal of a second `start:` is the line behind it,
     tested in tests/test_lease.py.)"""
     journal = tmp_path / "journal"
@@ -109,7 +110,8 @@ def test_a_worker_frozen_past_its_lease_starts_no_tool_call_once_it_wakes(pg_url
         wait_until(lambda: ["effect", "seq-1", "call-1", "start", "rerun", str(b.pid)] in lines(journal), timeout=30)
         a.send_signal(signal.SIGCONT)
     (done,) = wait_all(pg_url, ["seq-1"])
-    assert done.outcome == "completed" and done.output.content == "done: effect 1 done, effect 2 done", done
+    assert done.outcome == "completed", done
+    assert done.output.content == f"done: effect 1 done by {b.pid}, effect 2 done by {b.pid}", done
     a.send_signal(signal.SIGCONT)
     stop(a)  # A drains: its run task ends (or would start call 2 first) before it exits
     stop(b)
@@ -118,6 +120,10 @@ def test_a_worker_frozen_past_its_lease_starts_no_tool_call_once_it_wakes(pg_url
                       ("call-2", "first", str(b.pid))], starts
     models = [w[-1] for w in lines(journal) if w[0] == "model"]
     assert models.count(str(a.pid)) == 1  # A's first model step; none after it woke
+    recorded = pg.sql("SELECT call_id, encode(result, 'escape') FROM waypoint_ledger WHERE checkpoint_id = 'seq-1' "
+                      "AND call_id LIKE '%|result:%'", db=pg_url.split("@/", 1)[1].split("?")[0])
+    call_1 = [text for key, text in recorded if key.endswith(":call-1")]
+    assert len(call_1) == 1 and f"effect 1 done by {b.pid}" in call_1[0], recorded
 
 
 # --- 2. leases on one clock ---------------------------------------------------------------------------------

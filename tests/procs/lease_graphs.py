@@ -4,7 +4,8 @@ Every side effect is journaled to $FLEET_JOURNAL as "<what> <run> <detail...> <p
 per line, so lines of concurrent processes never mix); $FLEET_LEASE sets the runs' lease (seconds).
 
 - `sequential`: an agent whose model asks for two tool calls, run one after the other; the tool journals
-  "effect <run> <call> start|done"; call 1 takes $EFFECT_SECONDS (default 0.05), call 2 0.05 s.
+  "effect <run> <call> start|done"; call 1 takes $EFFECT_SECONDS (default 0.05), call 2 0.05 s; each returns
+  "effect <n> done by <pid>".
 - `slow`: START -> work -> END; `work` journals "work <run> start", sleeps $WORK_SECONDS (default 60)
   and journals "work <run> done".
 """
@@ -40,7 +41,7 @@ async def effect(n: int, ctx: ToolContext) -> str:
     journal("effect", ctx.checkpoint_id, ctx.call_id, "start", "rerun" if ctx.rerun else "first")
     await asyncio.sleep(float(os.environ.get("EFFECT_SECONDS", "0.05")) if n == 1 else 0.05)
     journal("effect", ctx.checkpoint_id, ctx.call_id, "done")
-    return f"effect {n} done"
+    return f"effect {n} done by {os.getpid()}"
 
 
 class AsksTwice:

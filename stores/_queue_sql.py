@@ -115,6 +115,7 @@ def enqueue(db: Any, checkpoint_id: str, graph: str | None, kind: str, payload: 
         "submitted_at) VALUES (:c, :g, :k, :p, :b, 'queued', 0, :t) ON CONFLICT (checkpoint_id) DO UPDATE SET "
         "graph = excluded.graph, kind = excluded.kind, payload = excluded.payload, base_version = "
         "excluded.base_version, state = 'queued', worker = NULL, claim = NULL, attempts = 0, handbacks = 0, "
+        "stalls = 0, seen = NULL, "
         "not_before = NULL, submitted_at = excluded.submitted_at, claimed_at = NULL, claimed_until = NULL, "
         "finished_at = NULL, outcome = NULL, error = NULL, result = NULL, version = NULL "
         "WHERE waypoint_queue.state = 'done'",
@@ -127,9 +128,15 @@ def enqueue(db: Any, checkpoint_id: str, graph: str | None, kind: str, payload: 
     return int(serving)
 
 
+_NEWEST_VERSION = "(SELECT MAX(m.version) FROM waypoint_checkpoints m WHERE m.checkpoint_id = waypoint_queue.checkpoint_id)"
+
+
 def claim(db: Any, worker: str, token: str, graphs: Sequence[str], limit: int, hold: float) -> list[tuple]:
     """Claim up to `limit` claimable rows for `graphs`, oldest first, each under the token `token` + its
-    checkpoint ID: (id, graph, kind, payload, base_version, attempts, handbacks, claim) each."""
+    checkpoint ID: (id, graph, kind, payload, base_version, attempts, handbacks, claim, stalls) each.
+
+    `stalls` counts the claims in a row that found the run at the version the previous claim found it at
+    (a claim after progress counts 1 again); a hand-back takes its claim back off the count."""
     names = ", ".join(f":g{i}" for i in range(len(graphs)))
     skip = " FOR UPDATE SKIP LOCKED" if db.dialect == "postgresql" else ""
     params: dict[str, Any] = {f"g{i}": g for i, g in enumerate(graphs)}
@@ -137,13 +144,15 @@ def claim(db: Any, worker: str, token: str, graphs: Sequence[str], limit: int, h
     now = now_sql(db, params)
     return db.rows(
         f"UPDATE waypoint_queue SET state = 'claimed', worker = :w, claim = :t || checkpoint_id, claimed_at = {now}, "
-        f"claimed_until = {now} + :hold, not_before = NULL, attempts = attempts + 1 WHERE checkpoint_id IN ("
+        f"claimed_until = {now} + :hold, not_before = NULL, attempts = attempts + 1, "
+        f"stalls = CASE WHEN COALESCE({_NEWEST_VERSION}, -1) = COALESCE(seen, -1) THEN stalls + 1 ELSE 1 END, "
+        f"seen = {_NEWEST_VERSION} WHERE checkpoint_id IN ("
         f" SELECT q.checkpoint_id FROM waypoint_queue q WHERE q.graph IN ({names}) AND ("
         f"  (q.state = 'queued' AND (q.not_before IS NULL OR q.not_before <= {now})) OR"
         f"  (q.state = 'claimed' AND (q.claimed_until < {now} OR EXISTS ({_EXECUTOR_GONE}))))"
         f"  AND NOT EXISTS ({_LIVE_LEASE.format(now=now)})"
         f" ORDER BY q.submitted_at LIMIT :n{skip}) "
-        "RETURNING checkpoint_id, graph, kind, payload, base_version, attempts, handbacks, claim", params)
+        "RETURNING checkpoint_id, graph, kind, payload, base_version, attempts, handbacks, claim, stalls", params)
 
 
 _TOKENS_PER_QUERY = 500
@@ -180,7 +189,7 @@ def release(db: Any, checkpoint_id: str, token: str, delay: float, counts: bool 
     params: dict[str, Any] = {"c": checkpoint_id, "k": token, "d": float(delay), "h": 0 if counts else 1}
     done = db.run(
         "UPDATE waypoint_queue SET state = 'queued', worker = NULL, claim = NULL, claimed_until = NULL, "
-        "handbacks = handbacks + :h, not_before = CASE WHEN CAST(:d AS DOUBLE PRECISION) > 0 THEN "
+        "handbacks = handbacks + :h, stalls = stalls - :h, not_before = CASE WHEN CAST(:d AS DOUBLE PRECISION) > 0 THEN "
         f"{now_sql(db, params)} + CAST(:d AS DOUBLE PRECISION) ELSE NULL END "
         "WHERE checkpoint_id = :c AND state = 'claimed' AND claim = :k", params) == 1
     if done and delay <= 0 and db.dialect == "postgresql":

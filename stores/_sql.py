@@ -56,7 +56,7 @@ from ._common import (
     needed_blobs,
 )
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 T = TypeVar("T")
 
 _BINARY = {"sqlite": "BLOB", "postgresql": "BYTEA"}
@@ -127,6 +127,12 @@ MIGRATIONS: dict[int, list[str]] = {
             graph TEXT NOT NULL,
             until {real} NOT NULL,
             PRIMARY KEY (graph, name))""",
+    ],
+    # Claims in a row that found the run where the previous claim found it (no progress in between): what
+    # a worker gives work up by, so a run whose workers die now and then while it moves on goes on.
+    5: [
+        "ALTER TABLE waypoint_queue ADD COLUMN stalls INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE waypoint_queue ADD COLUMN seen INTEGER",
     ],
 }
 

@@ -161,7 +161,7 @@ class RunQueue:
 
     async def _claim(self, worker: str, graphs: list[str], limit: int, hold: float) -> list[tuple]:
         """Claim up to `limit` rows for `hold` seconds: (id, graph, kind, payload, base_version, attempts,
-        handbacks, claim token) each."""
+        handbacks, claim token, stalls) each."""
         token = f"{uuid.uuid4().hex}:"
         return await self.store._call(_queue_sql.claim, worker, token, graphs, limit, hold, write=True)
 

@@ -25,7 +25,10 @@ for any worker, its claim cleared — never left claimed by a task that died: wh
 stop claiming, let runs in flight finish for `drain_seconds`, cancel the rest — the engine saves each at
 its last finished step), when the run is held by another process, and when the database failed
 (`StoreUnavailable`: after a backoff). A hand-back is not a failed attempt; `max_attempts` counts the
-claims that ended in neither (the worker died, or lost its claim).
+claims that ended in neither (the worker died, or lost its claim) *in a row without progress*: a claim that
+finds the run at a newer version than the previous claim found it counts 1 again, so a long run whose
+workers die now and then (preempted, a neighbour's OOM) goes on, while one that kills every worker at the
+same place — or before it writes anything (a checkpoint too big to load, say) — is given up.
 
 A LISTEN connection lost (a Postgres restart) is opened again; a database that is down when the worker
 starts, or goes down later, is tried again as claims are, with a backoff up to `poll` seconds.
@@ -72,6 +75,8 @@ class _Item:
     attempt: int
     handbacks: int
     token: str
+    stalls: int
+    """Claims of this work in a row that found the run where the previous one did (no progress between)."""
 
 
 _NOTHING = object()
@@ -96,8 +101,8 @@ class Worker:
     longest lease — a claim only matters before a run's first write and after its last one, the run's
     own lease covers the rest); `drain_seconds`: how long `stop()` lets runs in flight finish before cancelling
     them; `max_attempts`: claims of one request that ended without an outcome or a hand-back (a worker died
-    with it) after which it is recorded as an error instead of run again — a run that kills every worker
-    that takes it must not take the fleet down one by one; `serializer`: the queue's codec (the one
+    with it) in a row without the run moving on, after which it is recorded as an error instead of run
+    again — a run that kills every worker that takes it must not take the fleet down one by one; `serializer`: the queue's codec (the one
     `RunQueue` used to submit); `recover`: also continue runs of `graphs` whose process died and that
     nobody queued (module docstring), giving a run up after `max_attempts` takeovers in a row without
     progress."""
@@ -259,10 +264,11 @@ class Worker:
 
     async def _settle(self, item: _Item, seen: _Progress) -> None:
         cid = item.checkpoint_id
-        if item.attempt - item.handbacks > self.max_attempts:
-            error = (f"run '{cid}': gave up after {self.max_attempts} attempts (each worker that took this work "
-                     "died or lost its claim before recording an outcome); look at the run's history, fix the cause, "
-                     f"and queue it again (queue.resume({cid!r}) continues it)")
+        if item.stalls > self.max_attempts:
+            error = (f"run '{cid}': gave up after {self.max_attempts} attempts in a row without progress (each "
+                     "worker that took this work died or lost its claim before recording an outcome, and none "
+                     "moved the run on); look at the run's history, fix the cause, and queue it again "
+                     f"(queue.resume({cid!r}) continues it)")
             await self._record(item, "error", error, None, None)
             await self._give_up_run(item, error)
             return

@@ -286,8 +286,9 @@ async def test_work_given_up_after_max_attempts_stores_its_run_failed_with_why(q
                          graph_structure=app.structure, owner="elsewhere:1:ghost", lease_seconds=0.05)
     await ghost.save(RunPosition(pending={"prepare": "p"}, ledger=1, lineage="ghost"), "running")
     await asyncio.sleep(0.1)
-    assert len(await queue._claim("ghost", ["ask"], 5, 0.05)) == 1  # a second one took it and died too
-    await asyncio.sleep(0.1)
+    for _ in range(2):  # two more took it and died before writing: two claims in a row found it there
+        assert len(await queue._claim("ghost", ["ask"], 5, 0.05)) == 1
+        await asyncio.sleep(0.1)
     worker = Worker(qstore, [app], poll=0.05, max_attempts=2, recover=False)
     task = await running(worker)
     given_up = await queue.wait("run-p", timeout=20)
@@ -330,15 +331,15 @@ async def test_a_stale_claim_finishes_nothing_even_when_the_same_worker_claims_a
     an earlier request for the run (enqueue starts the attempts again), records nothing."""
     queue = RunQueue(qstore)
     await queue.submit("g", 1, "run-1")
-    ((*_, first),) = await queue._claim("w", ["g"], 5, 0.1)
+    ((*_, first, _s),) = await queue._claim("w", ["g"], 5, 0.1)
     await asyncio.sleep(0.15)  # w's claim lapsed (say its loop was blocked), and w claims the work again
-    ((*_, attempts, _h, second),) = await queue._claim("w", ["g"], 5, 30.0)
+    ((*_, attempts, _h, second, _s),) = await queue._claim("w", ["g"], 5, 30.0)
     assert attempts == 2 and second != first
     assert await queue._finish("run-1", first, "completed", None, None) is False
     assert await queue._finish("run-1", second, "completed", None, None) is True
     await queue.submit("g", 2, "run-1")  # request 2 for the run (nothing ran it): attempts start again
-    ((*_, attempts, _h, third),) = await queue._claim("w", ["g"], 5, 30.0)
-    assert attempts == 1
+    ((*_, attempts, _h, third, stalls),) = await queue._claim("w", ["g"], 5, 30.0)
+    assert attempts == 1 and stalls == 1
     for stale in (first, second):
         assert await queue._finish("run-1", stale, "completed", None, None) is False
         assert await queue._release("run-1", stale) is False
@@ -686,3 +687,44 @@ async def test_a_database_error_is_handed_back_never_recorded_as_the_runs_outcom
     assert [m.status for m in await store.history("run-t")].count("failed") == 0
     assert calls["prepare", "t"] == 2  # the step whose commit was refused ran again
     await store.close()
+
+
+async def test_work_whose_workers_die_while_its_run_moves_on_is_not_given_up(qstore):
+    """Three workers in a row took the work, each moved the run on (wrote a version) and died — preempted, say.
+    With max_attempts=2 the next worker still runs it: only claims in a row without progress count."""
+    from waypoint.engine.checkpoint import Checkpointer
+    from waypoint.engine.position import RunPosition
+
+    calls: Counter = Counter()
+    app = approval_graph(qstore, calls)
+    queue = RunQueue(qstore)
+    await queue.submit(app, "p", "run-p")
+    ghost = Checkpointer(store=qstore, serializer=app.get_serializer(), checkpoint_id="run-p",
+                         graph_structure=app.structure, owner="elsewhere:1:ghost", lease_seconds=0.05)
+    for _ in range(3):
+        assert len(await queue._claim("ghost", ["ask"], 5, 0.05)) == 1
+        await ghost.save(RunPosition(pending={"prepare": "p"}, ledger=1, lineage="ghost"), "running")
+        await asyncio.sleep(0.1)
+    worker = Worker(qstore, [app], poll=0.05, max_attempts=2, recover=False)
+    task = await running(worker)
+    paused = await queue.wait("run-p", timeout=20)
+    await stopped(worker, task)
+    assert paused.outcome == "interrupted" and paused.attempts == 4, paused
+    assert calls["prepare", "p"] == 1
+
+
+async def test_hand_backs_are_not_counted_toward_giving_work_up(qstore):
+    """Three claims handed back (a drain, the run held elsewhere, the database away) without the run moving: with
+    max_attempts=2 the next worker still runs the work."""
+    calls: Counter = Counter()
+    app = approval_graph(qstore, calls)
+    queue = RunQueue(qstore)
+    await queue.submit(app, "p", "run-p")
+    for _ in range(3):
+        ((*_, token, _s),) = await queue._claim("drained", ["ask"], 5, 30.0)
+        assert await queue._release("run-p", token) is True
+    worker = Worker(qstore, [app], poll=0.05, max_attempts=2, recover=False)
+    task = await running(worker)
+    paused = await queue.wait("run-p", timeout=20)
+    await stopped(worker, task)
+    assert paused.outcome == "interrupted" and paused.attempts == 4 and paused.handbacks == 3, paused

@@ -350,7 +350,7 @@ def test_a_version_1_database_is_migrated_in_place(tmp_path):
     assert [m.version for m in old] == [1] and old[0].origin is None
     assert new[0].origin == "old-run@1"
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT version FROM waypoint_schema").fetchall() == [(4,)]
+        assert conn.execute("SELECT version FROM waypoint_schema").fetchall() == [(5,)]
         assert conn.execute("SELECT COUNT(*) FROM waypoint_queue").fetchall() == [(0,)]  # migration 3
 
 

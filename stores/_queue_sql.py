@@ -131,9 +131,11 @@ def enqueue(db: Any, checkpoint_id: str, graph: str | None, kind: str, payload: 
 _NEWEST_VERSION = "(SELECT MAX(m.version) FROM waypoint_checkpoints m WHERE m.checkpoint_id = waypoint_queue.checkpoint_id)"
 
 
-def claim(db: Any, worker: str, token: str, graphs: Sequence[str], limit: int, hold: float) -> list[tuple]:
-    """Claim up to `limit` claimable rows for `graphs`, oldest first, each under the token `token` + its
-    checkpoint ID: (id, graph, kind, payload, base_version, attempts, handbacks, claim, stalls) each.
+def claim(db: Any, worker: str, token: str, graphs: Sequence[str], limit: int, hold: float,
+          skip_ids: Sequence[str] = ()) -> list[tuple]:
+    """Claim up to `limit` claimable rows for `graphs` (none of the runs `skip_ids`), oldest first, each under
+    the token `token` + its checkpoint ID: (id, graph, kind, payload, base_version, attempts, handbacks, claim,
+    stalls) each.
 
     `stalls` counts the claims in a row that found the run at the version the previous claim found it at
     (a claim after progress counts 1 again); a hand-back takes its claim back off the count."""
@@ -141,13 +143,15 @@ def claim(db: Any, worker: str, token: str, graphs: Sequence[str], limit: int, h
     skip = " FOR UPDATE SKIP LOCKED" if db.dialect == "postgresql" else ""
     params: dict[str, Any] = {f"g{i}": g for i, g in enumerate(graphs)}
     params.update(w=worker, t=token, hold=float(hold), n=limit)
+    params.update({f"x{i}": x for i, x in enumerate(skip_ids)})
+    skipped = f" AND q.checkpoint_id NOT IN ({', '.join(f':x{i}' for i in range(len(skip_ids)))})" if skip_ids else ""
     now = now_sql(db, params)
     return db.rows(
         f"UPDATE waypoint_queue SET state = 'claimed', worker = :w, claim = :t || checkpoint_id, claimed_at = {now}, "
         f"claimed_until = {now} + :hold, not_before = NULL, attempts = attempts + 1, "
         f"stalls = CASE WHEN COALESCE({_NEWEST_VERSION}, -1) = COALESCE(seen, -1) THEN stalls + 1 ELSE 1 END, "
         f"seen = {_NEWEST_VERSION} WHERE checkpoint_id IN ("
-        f" SELECT q.checkpoint_id FROM waypoint_queue q WHERE q.graph IN ({names}) AND ("
+        f" SELECT q.checkpoint_id FROM waypoint_queue q WHERE q.graph IN ({names}){skipped} AND ("
         f"  (q.state = 'queued' AND (q.not_before IS NULL OR q.not_before <= {now})) OR"
         f"  (q.state = 'claimed' AND (q.claimed_until < {now} OR EXISTS ({_EXECUTOR_GONE}))))"
         f"  AND NOT EXISTS ({_LIVE_LEASE.format(now=now)})"

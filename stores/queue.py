@@ -22,6 +22,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,11 +160,13 @@ class RunQueue:
 
     # --- for workers: claims (stores/_queue_sql.py says what a claim is) -------------------------------
 
-    async def _claim(self, worker: str, graphs: list[str], limit: int, hold: float) -> list[tuple]:
-        """Claim up to `limit` rows for `hold` seconds: (id, graph, kind, payload, base_version, attempts,
-        handbacks, claim token, stalls) each."""
+    async def _claim(self, worker: str, graphs: list[str], limit: int, hold: float,
+                     skip_ids: Sequence[str] = ()) -> list[tuple]:
+        """Claim up to `limit` rows for `hold` seconds, none of the runs `skip_ids`: (id, graph, kind, payload,
+        base_version, attempts, handbacks, claim token, stalls) each."""
         token = f"{uuid.uuid4().hex}:"
-        return await self.store._call(_queue_sql.claim, worker, token, graphs, limit, hold, write=True)
+        return await self.store._call(_queue_sql.claim, worker, token, graphs, limit, hold, tuple(skip_ids),
+                                      write=True)
 
     async def _renew(self, tokens: list[str], hold: float) -> int:
         return await self.store._call(_queue_sql.renew, tokens, hold, write=True) if tokens else 0

@@ -47,12 +47,14 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from waypoint.engine.errors import CheckpointConflict, CheckpointNotFound, GraphInterrupted, StoreUnavailable
+from waypoint.engine.errors import (CheckpointConflict, CheckpointNotFound, GraphInterrupted, GraphMismatch,
+                                   StoreUnavailable)
 from waypoint.engine.recovery import give_up, recover
 
 from .queue import QueueError, RunQueue
@@ -62,6 +64,10 @@ __all__ = ["Worker"]
 log = logging.getLogger("waypoint.worker")
 
 _BACKOFF = (0.1, 5.0)
+_FOREIGN_SECONDS = 60.0
+"""How long a worker leaves alone a run written by another version of its graph (then it looks once more:
+the run may have been deleted and started again by this version)."""
+_FOREIGN_MAX = 500
 """Seconds before a request that met an unavailable database is claimable again: the first, the most."""
 
 
@@ -125,6 +131,9 @@ class Worker:
         self.name = name or f"worker:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         _check_pool(store, self.name)
         self._tasks: dict[asyncio.Task, _Item] = {}
+        self._foreign: dict[str, float] = {}
+        """Runs written by another version of a graph of this worker's, and until when (monotonic) they are
+        left to the workers that serve that version."""
         self._wake: asyncio.Event | None = None
         self._stopping = False
         self._cancel_now = False
@@ -194,7 +203,8 @@ class Worker:
 
     async def _claim(self, free: int, backoff: _Backoff) -> list[tuple]:
         try:
-            claimed = await self.queue._claim(self.name, sorted(self.graphs), free, self.lease_seconds)
+            claimed = await self.queue._claim(self.name, sorted(self.graphs), free, self.lease_seconds,
+                                              self._skipped())
         except Exception as err:  # noqa: BLE001 - the database may come back; look again soon
             delay = backoff.fail()
             log.warning("worker %s: claiming work failed (%s: %s); trying again in %.1f s", self.name,
@@ -202,6 +212,12 @@ class Worker:
             return []
         backoff.ok()
         return claimed
+
+    def _skipped(self) -> list[str]:
+        now = time.monotonic()
+        for cid in [c for c, until in self._foreign.items() if until <= now]:
+            del self._foreign[cid]
+        return list(self._foreign)
 
     def _start(self, item: _Item) -> None:
         task = asyncio.create_task(self._work(item), name=f"waypoint-work:{item.checkpoint_id}")
@@ -281,6 +297,15 @@ class Worker:
         except CheckpointConflict as err:  # another process holds the run: taken again once it lets go
             await self._hand_back(item, 0.0, str(err))
             return
+        except GraphMismatch as err:  # another shape of this graph wrote the run (a rolling deploy): not ours
+            log.warning("worker %s: run '%s' was written by another version of graph '%s' than this worker's; "
+                        "handed back for a worker that serves that version (this one leaves it alone for %.0f s)",
+                        self.name, cid, item.graph, _FOREIGN_SECONDS)
+            if len(self._foreign) >= _FOREIGN_MAX:
+                del self._foreign[next(iter(self._foreign))]
+            self._foreign[cid] = time.monotonic() + _FOREIGN_SECONDS
+            await self._hand_back(item, 0.0, str(err))
+            return
         await self._record(item, outcome, error, result, version)
 
     async def _give_up_run(self, item: _Item, error: str) -> None:
@@ -319,12 +344,12 @@ class Worker:
                         seen.version)
             except CheckpointConflict as err:
                 return await self._conflict(item, err, seen)
-            except (StoreUnavailable, asyncio.CancelledError):
+            except (StoreUnavailable, GraphMismatch, asyncio.CancelledError):
                 raise
             except Exception as err:  # noqa: BLE001 - recorded on the queue row for whoever waits
                 return await self._failed(cid, before, err)
             return "completed", None, self._encode(output), seen.version
-        except (CheckpointConflict, StoreUnavailable, asyncio.CancelledError):
+        except (CheckpointConflict, StoreUnavailable, GraphMismatch, asyncio.CancelledError):
             raise
         except CheckpointNotFound as err:
             return "error", str(err), None, None

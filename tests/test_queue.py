@@ -728,3 +728,41 @@ async def test_hand_backs_are_not_counted_toward_giving_work_up(qstore):
     paused = await queue.wait("run-p", timeout=20)
     await stopped(worker, task)
     assert paused.outcome == "interrupted" and paused.attempts == 4 and paused.handbacks == 3, paused
+
+
+async def test_a_worker_with_another_version_of_the_graph_leaves_the_run_to_one_that_serves_it(qstore):
+    """A rolling deploy: a run paused under version 1 of graph "ask" is resumed through the queue while only a
+    worker with version 2 (one node more) is up. It does not record an error nor run anything: it hands the work
+    back and leaves the run alone; once a version-1 worker is up, that one completes it."""
+    calls: Counter = Counter()
+    v1 = approval_graph(qstore, calls)
+    queue = RunQueue(qstore)
+    await queue.submit(v1, "r", "run-r")
+    first = Worker(qstore, [v1], poll=0.05, recover=False)
+    task = await running(first)
+    paused = await queue.wait("run-r", timeout=20)
+    await stopped(first, task)
+    v2 = Graph(name="ask")
+    for key in ("prepare", "ask", "check", "finish"):
+        v2.add_node(key, lambda x: x)
+    for a, b in ((START, "prepare"), ("prepare", "ask"), ("ask", "check"), ("check", "finish"), ("finish", END)):
+        v2.add_edge(a, b)
+    newer = Worker(qstore, [v2.compile(store=qstore)], poll=0.05, recover=False)
+    task = await running(newer)
+    try:
+        (iid,) = paused.interrupts
+        await queue.resume("run-r", {iid: "yes"})
+        await until(lambda: "run-r" in newer._foreign)
+        await asyncio.sleep(0.3)  # six more looks at the queue: it claims the run no more
+        now = await queue.status("run-r")
+        assert now.state == "queued" and now.outcome is None and now.attempts == 1 and now.handbacks == 1, now
+        older = Worker(qstore, [v1], poll=0.05, recover=False)
+        older_task = await running(older)
+        try:
+            done = await queue.wait("run-r", timeout=20)
+        finally:
+            await stopped(older, older_task)
+    finally:
+        newer.stop(now=True)
+        await asyncio.wait_for(task, 10)
+    assert done.outcome == "completed" and done.output == "R:YES" and calls["finish", "r"] == 1, done

@@ -140,10 +140,11 @@ class Dispatcher:
                     await self.watcher.look(cid)
                     sub.claimed.set_result(Outcome(version=claim))
                 return
-            head = await self.store.history(cid, limit=1)
-            if status.state == "claimed" and head and head[0].version >= claim:
+            # the worker notes its claim on the row: a version another process wrote (an answer by hand
+            # to the same pause) is not this work's claim
+            if status.state == "claimed" and status.version is not None and status.version >= claim:
                 await self.watcher.look(cid)  # a start's log is the run's from here: a reader finds its events
-                sub.claimed.set_result(Outcome(version=claim))
+                sub.claimed.set_result(Outcome(version=status.version))
                 return
             if status.workers == 0 or workers == 0 or loop.time() >= deadline:
                 sub.claimed.set_result(Outcome(status="queued"))

@@ -150,13 +150,19 @@ def claim(db: Any, worker: str, token: str, graphs: Sequence[str], limit: int, h
         f"UPDATE waypoint_queue SET state = 'claimed', worker = :w, claim = :t || checkpoint_id, claimed_at = {now}, "
         f"claimed_until = {now} + :hold, not_before = NULL, attempts = attempts + 1, "
         f"stalls = CASE WHEN COALESCE({_NEWEST_VERSION}, -1) = COALESCE(seen, -1) THEN stalls + 1 ELSE 1 END, "
-        f"seen = {_NEWEST_VERSION} WHERE checkpoint_id IN ("
+        f"seen = {_NEWEST_VERSION}, version = NULL WHERE checkpoint_id IN ("
         f" SELECT q.checkpoint_id FROM waypoint_queue q WHERE q.graph IN ({names}){skipped} AND ("
         f"  (q.state = 'queued' AND (q.not_before IS NULL OR q.not_before <= {now})) OR"
         f"  (q.state = 'claimed' AND (q.claimed_until < {now} OR EXISTS ({_EXECUTOR_GONE}))))"
         f"  AND NOT EXISTS ({_LIVE_LEASE.format(now=now)})"
         f" ORDER BY q.submitted_at LIMIT :n{skip}) "
         "RETURNING checkpoint_id, graph, kind, payload, base_version, attempts, handbacks, claim, stalls", params)
+
+
+def claimed(db: Any, checkpoint_id: str, token: str, version: int) -> bool:
+    """While the claim `token` holds the row: note that it wrote the run's version `version`."""
+    return db.run("UPDATE waypoint_queue SET version = :v WHERE checkpoint_id = :c AND state = 'claimed' "
+                  "AND claim = :k", {"v": version, "c": checkpoint_id, "k": token}) == 1
 
 
 _TOKENS_PER_QUERY = 500

@@ -61,7 +61,8 @@ class WorkStatus:
     worker: str | None = None
     version: int | None = None
     """Once done: the run's version the outcome left it at. Answer a pause with
-    `resume(..., expected_version=status.version)`: the answers then apply to that pause or to nothing."""
+    `resume(..., expected_version=status.version)`: the answers then apply to that pause or to nothing.
+    While claimed: the version the claim wrote (the run's claim by this work), None until it wrote."""
     run_status: str | None = None
     """The status of the run's newest version (None if it has none yet)."""
     workers: int = 0
@@ -168,6 +169,10 @@ class RunQueue:
         return await self.store._call(_queue_sql.claim, worker, token, graphs, limit, hold, tuple(skip_ids),
                                       write=True)
 
+    async def _claimed(self, checkpoint_id: str, token: str, version: int) -> bool:
+        """Note on the row that the claim `token` wrote the run's version `version` (its claim)."""
+        return await self.store._call(_queue_sql.claimed, checkpoint_id, token, version, write=True)
+
     async def _renew(self, tokens: list[str], hold: float) -> int:
         return await self.store._call(_queue_sql.renew, tokens, hold, write=True) if tokens else 0
 
@@ -210,5 +215,11 @@ def _graph_name(graph: Any) -> str:
 
 
 def _check_id(checkpoint_id: Any) -> None:
+    """The engine's rule for checkpoint IDs (engine/lifecycle.py), before anything is queued."""
+    from waypoint.engine.lifecycle import MAX_ID
+
     if not isinstance(checkpoint_id, str) or not checkpoint_id:
         raise QueueError(f"checkpoint_id={checkpoint_id!r} must be a non-empty string")
+    if len(checkpoint_id) > MAX_ID or "\x00" in checkpoint_id or any(0xD800 <= ord(c) <= 0xDFFF for c in checkpoint_id):
+        raise QueueError(f"checkpoint_id={checkpoint_id[:80]!r} must be at most {MAX_ID} characters of text without "
+                         "NUL or unpaired surrogates (every store must be able to keep it)")

@@ -90,13 +90,21 @@ _NOTHING = object()
 
 class _Progress:
     """What one attempt did to the run, followed by an `on_checkpoint` callback: the version it last wrote
-    (None: it wrote nothing)."""
+    (None: it wrote nothing). Its first write — the claim — is also noted on the queue row, so whoever
+    waits for the claim (the service) knows this worker wrote it, not another process answering the run."""
 
-    def __init__(self) -> None:
+    def __init__(self, queue: Any = None, item: _Item | None = None) -> None:
         self.version: int | None = None
+        self._queue, self._item = queue, item
 
-    def on_checkpoint(self, event: Any) -> None:
+    async def on_checkpoint(self, event: Any) -> None:
+        first = self.version is None
         self.version = event.data
+        if first and self._queue is not None and self._item is not None:
+            try:
+                await self._queue._claimed(self._item.checkpoint_id, self._item.token, event.data)
+            except Exception as err:  # noqa: BLE001 - a note for waiters only; the run goes on
+                log.warning("run '%s': noting the claim on the queue row failed (%s)", self._item.checkpoint_id, err)
 
 
 class Worker:
@@ -108,8 +116,8 @@ class Worker:
     own lease covers the rest); `drain_seconds`: how long `stop()` lets runs in flight finish before cancelling
     them; `max_attempts`: claims of one request that ended without an outcome or a hand-back (a worker died
     with it) in a row without the run moving on, after which it is recorded as an error instead of run
-    again — a run that kills every worker that takes it must not take the fleet down one by one; `serializer`: the queue's codec (the one
-    `RunQueue` used to submit); `recover`: also continue runs of `graphs` whose process died and that
+    again — a run that kills every worker that takes it must not take the fleet down one by one;
+    `serializer`: the queue's codec (the one `RunQueue` used to submit); `recover`: also continue runs of `graphs` whose process died and that
     nobody queued (module docstring), giving a run up after `max_attempts` takeovers in a row without
     progress."""
 
@@ -267,7 +275,7 @@ class Worker:
 
     async def _work(self, item: _Item) -> None:
         """One item, from claim to outcome or hand-back. Never dies silently with its row claimed."""
-        cid, seen = item.checkpoint_id, _Progress()
+        cid, seen = item.checkpoint_id, _Progress(self.queue, item)
         try:
             await self._settle(item, seen)
         except asyncio.CancelledError:  # draining: the engine saved the run; another worker continues it

@@ -766,3 +766,11 @@ async def test_a_worker_with_another_version_of_the_graph_leaves_the_run_to_one_
         newer.stop(now=True)
         await asyncio.wait_for(task, 10)
     assert done.outcome == "completed" and done.output == "R:YES" and calls["finish", "r"] == 1, done
+
+
+async def test_submit_refuses_a_checkpoint_id_no_store_could_keep(qstore):
+    queue = RunQueue(qstore)
+    for bad in ("x" * 513, "a\x00b", "a\ud800b"):
+        with pytest.raises(QueueError, match="at most 512 characters"):
+            await queue.submit("g", 1, bad)
+    await queue.submit("g", 1, "x" * 512)  # the longest that is kept

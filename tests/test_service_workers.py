@@ -528,3 +528,76 @@ def test_a_sync_node_sleeping_in_one_run_does_not_stall_other_requests(tmp_path)
         assert other.status_code == 201 and other.json()["status"] == "completed", other.text
         assert took < 1.0, f"another request waited {took:.1f} s for the sleeping node"
         assert c.get("/runs/slow").json()["status"] == "running"  # the node still sleeps
+
+
+def _freeze_at_claim(pg: Any, db: str, cid: str, pid: int, out: dict, ready: threading.Event) -> None:
+    """SIGSTOP worker `pid` the moment it claims the queued work of run `cid` (before its run claim is written)."""
+    import asyncpg
+
+    async def main() -> None:
+        conn = await asyncpg.connect(host=pg.socket_dir, user="postgres", database=db)
+        ready.set()
+        end = time.monotonic() + 20
+        try:
+            while time.monotonic() < end:
+                if await conn.fetchval("SELECT state FROM waypoint_queue WHERE checkpoint_id = $1", cid) == "claimed":
+                    os.kill(pid, signal.SIGSTOP)
+                    out["version"] = await conn.fetchval(
+                        "SELECT MAX(version) FROM waypoint_checkpoints WHERE checkpoint_id = $1", cid)
+                    return
+        finally:
+            await conn.close()
+
+    asyncio.run(main())
+
+
+def test_a_queued_approve_another_resumer_beat_is_never_answered_as_claimed(pg, pg_url, tmp_path, procs):
+    """The service queues an approve; the worker claims the work and freezes before its run claim; meanwhile
+    `waypoint runs resume --reject` answers the same pause. The service must not take the reject's version for
+    its approve's claim: its answer is "queued" (not yet applied), never "running" at someone else's version."""
+    from pg import database_of
+
+    desk = tmp_path / "desk"
+    desk.mkdir()
+    worker = spawn_worker(pg_url, desk, tmp_path, env={"DESK_LEASE": "30"})
+    procs.append(worker)
+    tried = []
+    with serve(tmp_path, desk, db=pg_url) as s, s.client() as c:
+        for attempt in range(8):
+            cid = f"race-{attempt}"
+            paused = c.post("/runs", json={"agent": "desk", "input": f"hold {attempt}", "checkpoint_id": cid,
+                                           "wait": True})
+            assert paused.status_code == 201 and paused.json()["status"] == "interrupted", paused.text
+            version, (pending,) = paused.json()["version"], paused.json()["interrupts"]
+            out, ready, answer = {}, threading.Event(), {}
+            freezer = threading.Thread(target=_freeze_at_claim,
+                                       args=(pg, database_of(pg_url), cid, worker.pid, out, ready))
+            freezer.start()
+            ready.wait(10)
+
+            def approve() -> None:
+                with s.client() as c2:
+                    answer["r"] = c2.post(f"/runs/{cid}/resume", json={"answers": [
+                        {"action": "approve", "interrupt_id": pending["id"], "digest": pending["digest"]}]})
+
+            approver = threading.Thread(target=approve)
+            approver.start()
+            freezer.join(30)
+            if out.get("version") != version:  # the worker wrote its claim before it froze: try again
+                os.kill(worker.pid, signal.SIGCONT)
+                approver.join(30)
+                tried.append(out.get("version"))
+                continue
+            cli = subprocess.run([sys.executable, "-m", "waypoint.cmd.main", "runs", "--db", pg_url, "resume", cid,
+                                  "--reject", pending["id"], "--reason", "no", "--graph", "desk_agent:build"],
+                                 cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(PROCS), "DESK_DIR": str(desk)},
+                                 capture_output=True, text=True, timeout=60)
+            approver.join(30)
+            os.kill(worker.pid, signal.SIGCONT)
+            assert cli.returncode == 0, cli.stderr
+            r = answer["r"]
+            assert not (r.status_code == 200 and r.json()["status"] != "queued"), r.text
+            wait_until(lambda: c.get(f"/runs/{cid}").json()["status"] == "completed", 30, "the reject's end")
+            assert [a[0] for a in acts(desk)] == []  # the approve was never applied
+            return
+    raise AssertionError(f"never froze the worker between its claims: {tried}")

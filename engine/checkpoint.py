@@ -141,6 +141,8 @@ class Checkpointer:
     lease_seconds: float = 30.0
     version: int | None = None
     created_at: float | None = None
+    replaces: float | None = None
+    """The `created_at` of the run a new run is written over (None: none): the new one is created after it."""
     _cache: dict[str, _PartCache] = field(default_factory=dict)
     _known: set[str] = field(default_factory=set)
     _last: tuple[int, dict[str, Any]] | None = None
@@ -219,7 +221,7 @@ class Checkpointer:
         owner, expires = lease if lease is not None else (self.owner, now + self.lease_seconds)
         meta = CheckpointMeta(
             checkpoint_id=self.checkpoint_id, version=(self.version or 0) + 1, status=status,
-            step=step, fingerprint=self.fingerprint, created_at=self.created_at or now, updated_at=now,
+            step=step, fingerprint=self.fingerprint, created_at=self.created_at or self._created(now), updated_at=now,
             lease_owner=owner if running else None, lease_expires=expires if running else None, error=error,
             origin=self.origin,
         )
@@ -235,6 +237,14 @@ class Checkpointer:
         self._known.update(b.hash for b in blobs)
         self._last = (step, content)
         return meta
+
+    def _created(self, now: float) -> float:
+        """A new run's `created_at`: after the run it is written over, whatever this host's clock says — the
+        stores refuse a write of a run created before the newest version's (the writer's run was deleted and
+        its ID used again), so a run that replaces another must never look older than it."""
+        if self.replaces is None:
+            return now
+        return max(now, self.replaces + 0.001)
 
     def _hash(self, parent: str | None, data: bytes) -> str:
         h = hashlib.blake2b(digest_size=16)

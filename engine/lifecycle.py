@@ -213,6 +213,7 @@ class _Session:
         self.lease: LeaseKeeper | None = None
         self.snapshot: bytes | None = None  # durability != "step": the last finished step, encoded
         self.claiming = False  # prepare() decided the run is claimed (written `running`) before it runs
+        self.head_created: float | None = None  # the created_at of the run written to, when it held one
         self.resumed_from: Loaded | None = None  # the stored version a resume continues from
         self.writing = asyncio.Lock()  # nested runs record their steps while the loop may write its own
 
@@ -223,6 +224,7 @@ class _Session:
         opts = self.opts
         loaded = await self._load_source()
         head = await self._target_head(loaded)
+        self.head_created = head.created_at if head is not None else None  # what a new run here replaces
         self._check_expected(head if head is not None else loaded.meta if loaded is not None else None)
         if head is not None:  # a branch is judged by the newest version of the run it writes, never the one it read
             await self._check_lease(head)
@@ -264,6 +266,7 @@ class _Session:
         run.pos.ledger = (self.cp.version or 0) + 1  # the claim's version: this run's first ledger page
         run.pos.lineage = os.urandom(8).hex()  # keys of its own: not another run's on a reused ID or database
         if fresh:  # a new run on an ID that held one: its own created_at (the old versions stay history)
+            self.cp.replaces = self.head_created
             self.cp.created_at = None
         self.claiming = self.durability == "step" or self.opts.force_new_run
 

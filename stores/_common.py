@@ -62,8 +62,18 @@ def check_put(meta: CheckpointMeta, expected_version: int | None) -> None:
     check_status(meta.status)
 
 
-def check_newest(checkpoint_id: str, newest: int | None, expected_version: int | None) -> None:
-    """Compare-and-set on the run's newest version; a version that vanished means the run was deleted."""
+def check_newest(checkpoint_id: str, newest: int | None, expected_version: int | None,
+                 newest_created: float | None = None, created_at: float | None = None) -> None:
+    """Compare-and-set on the run's newest version; a version that vanished means the run was deleted. A
+    newest version of a run created after the writer's (`newest_created` > `created_at`) means the same: the
+    writer's run was deleted and a new run on the ID reached its version number (a new run written over an
+    old one is always created after it, engine/checkpoint.py)."""
+    if expected_version is not None and newest_created is not None and created_at is not None and (
+            created_at < newest_created):
+        raise CheckpointNotFound(
+            f"run '{checkpoint_id}' at version {newest} is a run started after the one this process was running: "
+            "that run was deleted while this process ran it, and its ID was used again; it stays deleted"
+        )
     if expected_version is None:
         if newest is not None:
             raise CheckpointConflict(conflict_message(checkpoint_id, None))

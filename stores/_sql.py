@@ -340,12 +340,16 @@ def put(db: DB, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], b
     params["c"] = cid
     in_needed = f"FROM waypoint_blobs WHERE checkpoint_id = :c AND hash IN ({', '.join(f':h{i}' for i in range(len(needed)))})"
     newest_sql = "SELECT MAX(version) FROM waypoint_checkpoints WHERE checkpoint_id = :c"
+    created_sql = ("SELECT created_at FROM waypoint_checkpoints WHERE checkpoint_id = :c "
+                   "ORDER BY version DESC LIMIT 1")
     announce = _announce(db, params, meta.version, meta.status, cid)  # in the same round trip
-    if needed:  # one round trip for both checks
-        newest, found = db.rows(f"SELECT ({newest_sql}), (SELECT COUNT(*) {in_needed}){announce}", params)[0][:2]
+    if needed:  # one round trip for all the checks
+        newest, created, found = db.rows(
+            f"SELECT ({newest_sql}), ({created_sql}), (SELECT COUNT(*) {in_needed}){announce}", params)[0][:3]
     else:
-        newest, found = db.rows(f"SELECT ({newest_sql}){announce}", params)[0][0], 0
-    check_newest(cid, newest, expected_version)
+        newest, created = db.rows(f"SELECT ({newest_sql}), ({created_sql}){announce}", params)[0][:2]
+        found = 0
+    check_newest(cid, newest, expected_version, created, meta.created_at)
     if found < len(needed):
         present = {h for (h,) in db.rows(f"SELECT hash {in_needed}", params)}
         raise MissingBlobs(cid, set(needed) - present)

@@ -63,7 +63,9 @@ class MemoryStore:
         check_put(meta, expected_version)
         cid = meta.checkpoint_id
         versions = self._versions.get(cid) or {}
-        check_newest(cid, _newest(versions) if versions else None, expected_version)
+        newest = _newest(versions) if versions else None
+        check_newest(cid, newest, expected_version, versions[newest][0].created_at if newest is not None else None,
+                     meta.created_at)
         stored = self._blobs.get(cid, {})
         missing = {h for h in needed_blobs(parts, blobs) if h not in stored}
         if missing:

@@ -472,3 +472,29 @@ async def test_a_run_paused_while_streaming_resumes_with_ainvoke_and_vice_versa(
     assert [c async for c in app.astream(None, checkpoint_id="m", resume=True)] == ["C D"]
     assert seen == ["str"] * 4  # a value node always gets a value, whichever mode paused the run
     assert (await app.get_run("m")).output == "C D"  # a streamed run stores its output as a value
+
+
+async def test_a_new_run_over_one_created_on_a_clock_ahead_is_still_written(tmp_path, monkeypatch):
+    """The stores refuse a write of a run older than the newest version's (its run was deleted, the ID used
+    again); a new run written over an existing one is therefore always created after it, whatever this host's
+    clock says."""
+    import time
+    import types
+
+    import waypoint.engine.checkpoint as checkpoint
+
+    store = SQLiteStore(tmp_path / "runs.db")
+    g = Graph(name="g")
+    g.add_node("a", lambda x: x + 1)
+    g.add_edge(START, "a")
+    g.add_edge("a", END)
+    app = g.compile(store=store)
+    ahead = types.SimpleNamespace(time=lambda: time.time() + 3600)  # a host whose clock is an hour ahead
+    monkeypatch.setattr(checkpoint, "time", ahead)
+    assert await app.ainvoke(1, checkpoint_id="ahead") == 2
+    monkeypatch.undo()
+    first = (await store.history("ahead", limit=1))[0]
+    assert await app.ainvoke(10, checkpoint_id="ahead", force_new_run=True) == 11
+    again = (await store.history("ahead", limit=1))[0]
+    assert again.status == "completed" and again.created_at > first.created_at > time.time()
+    await store.close()

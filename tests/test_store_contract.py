@@ -132,6 +132,28 @@ async def test_a_put_after_delete_does_not_bring_the_run_back(store):
     assert await store.history("run-1") == []
 
 
+async def test_a_writer_of_a_deleted_run_cannot_write_on_a_new_run_that_reached_its_version(store):
+    """Deleted while a process ran it, the ID used again, the new run at the same version number: the old
+    writer's compare-and-set would pass on the number alone; its run is older than the one stored, so it is
+    refused as deleted, and a new run written over an older one (created after it) still goes through."""
+    import dataclasses
+
+    old = dataclasses.replace(meta(version=2), created_at=1.0)
+    await store.put(meta(version=1), b"h", {"run": "h-a"}, [blob("a")], expected_version=None)
+    await store.put(old, b"h", {"run": "h-b"}, [blob("b")], expected_version=1)
+    await store.delete("run-1")
+    await store.put(dataclasses.replace(meta(version=1), created_at=5.0), b"h", {"run": "h-a"}, [blob("a")],
+                    expected_version=None)
+    await store.put(dataclasses.replace(meta(version=2), created_at=5.0), b"h", {"run": "h-b"}, [blob("b")],
+                    expected_version=1)
+    with pytest.raises(CheckpointNotFound, match="started after the one this process was running"):
+        await store.put(dataclasses.replace(meta(version=3), created_at=1.0), b"h", {"run": "h-b"}, [],
+                        expected_version=2)
+    await store.put(dataclasses.replace(meta(version=3), created_at=9.0), b"h", {"run": "h-b"}, [],
+                    expected_version=2)  # a new run over the one at version 2 (force_new_run)
+    assert [(m.version, m.created_at) for m in await store.history("run-1")] == [(3, 9.0), (2, 5.0), (1, 5.0)]
+
+
 async def test_a_first_write_conflicts_even_when_version_1_was_pruned(store):
     for v in (1, 2, 3):
         await store.put(meta(version=v), b"h", {"run": f"h-{v}"}, [blob(str(v))], expected_version=v - 1 or None)

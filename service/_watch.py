@@ -47,7 +47,9 @@ log = logging.getLogger("waypoint.service")
 POLL = 0.5
 """Seconds between looks at the store where it announces nothing (SQLite)."""
 WINDOW = 64
-"""Versions read per look at a run: a run that wrote more since the last look has its oldest skipped."""
+"""Versions read first per look at a run; one that wrote more since the last look is read again, further back."""
+CATCH_UP = 5000
+"""Most versions read in one look at a run (a reader of a run that wrote more since gets a snapshot's worth)."""
 KEEP = 10_000
 """Runs whose last known version is remembered (least recently seen dropped first)."""
 HUB_RUNS = 50
@@ -299,8 +301,12 @@ class Watcher:
                 self._gone(cid, seen)
             return
         newest = metas[0]
-        mine = [m for m in metas if m.created_at == newest.created_at]  # this run's versions, newest first
         expected = self.expected.get(cid)
+        floor = _announced_up_to(seen, expected, newest)
+        if floor is not None and len(metas) == WINDOW and metas[-1].version > floor + 1:  # wrote more since
+            metas = await self.store.history(cid, limit=min(newest.version - floor, CATCH_UP)) or metas
+            newest = metas[0]
+        mine = [m for m in metas if m.created_at == newest.created_at]  # this run's versions, newest first
         same = seen is not None and seen.created_at == newest.created_at
         if expected is not None and (expected.base is None or newest.version > expected.base):
             new = [m for m in reversed(mine) if expected.base is None or m.version > expected.base]
@@ -440,3 +446,13 @@ def _message(run_log: EventLog, message: Any, path: list[str]) -> None:
             run_log.append("tool_call", {"call_id": call.id, "name": call.name,
                                          "arguments": tool_arguments(call.arguments),
                                          "arguments_json": call.arguments, "run_path": path})
+
+
+def _announced_up_to(seen: Any, expected: Any, newest: Any) -> int | None:
+    """The version of run `newest` whose events were announced last (0: none of a run submitted here yet;
+    None: a run not followed before — only where it is now is announced)."""
+    if expected is not None:
+        return expected.base or 0
+    if seen is not None and seen.created_at == newest.created_at:
+        return seen.version
+    return None

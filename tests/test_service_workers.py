@@ -601,3 +601,37 @@ def test_a_queued_approve_another_resumer_beat_is_never_answered_as_claimed(pg, 
             assert [a[0] for a in acts(desk)] == []  # the approve was never applied
             return
     raise AssertionError(f"never froze the worker between its claims: {tried}")
+
+
+def test_every_version_of_a_run_that_writes_fast_reaches_its_stream(tmp_path, procs):
+    """A worker runs 200 steps between two of the service's looks (SQLite polling, 0.5 s): the reader that
+    follows from the start's `last_event_id` gets one `checkpoint` per stored version, in order, and `started`
+    at the claim the start answered."""
+    import sqlite3
+
+    from waypoint.stores import open_store
+
+    desk = tmp_path / "desk"
+    desk.mkdir()
+    db = str(tmp_path / "runs.db")
+    procs.append(spawn_worker(db, desk, tmp_path, graphs="desk_agent:many_compiled"))
+    with ServeProcess(tmp_path, agents="desk_agent:many", db=db, args=("--queue",),
+                      env={"DESK_DIR": str(desk)}) as s, s.client() as c:
+        wait_until(lambda: sqlite3.connect(db).execute("SELECT COUNT(*) FROM waypoint_workers WHERE graph = 'many' "
+                                                       "AND until > ?", (time.time(),)).fetchone()[0], 30, "a worker")
+        r = c.post("/runs", json={"agent": "many", "input": 0, "checkpoint_id": "fast"})
+        assert r.status_code == 201 and r.json()["status"] == "running", r.text
+        stream = Stream(s, "/runs/fast/events", r.json()["last_event_id"])
+        assert stream.wait_for("end", timeout=60)["status"] == "completed"
+        stream.close()
+
+    async def stored() -> list[int]:
+        store = open_store(db)
+        try:
+            return sorted(m.version for m in await store.history("fast"))
+        finally:
+            await store.close()
+
+    got = [d["version"] for _t, kind, d in stream.events if kind == "checkpoint"]
+    assert got == asyncio.run(stored()) and len(got) > 200, got
+    assert [d["version"] for _t, kind, d in stream.events if kind == "started"] == [r.json()["version"]]

@@ -8,7 +8,7 @@ tool's result. Everything happens in files under $DESK_DIR:
 - a command starting with "hold": once the tool's result is back, the model writes "model <pid>" to `holding`
   and waits until the file `gate` exists before it answers (so a test can kill the worker inside that step).
 
-$DESK_LEASE sets the runs' lease in the workers (seconds).
+$DESK_LEASE sets the runs' lease in the workers (seconds). `many` / `many_compiled`: a plain graph of 200 steps.
 """
 
 from __future__ import annotations
@@ -74,3 +74,20 @@ def raw(store):
     from service_agent import raw as raw_agent
 
     return raw_agent().compile(store=store, lease_seconds=float(os.environ.get("DESK_LEASE", "30")))
+
+
+def many():
+    """A plain graph "many" of 200 trivial steps (a run that writes far more versions than one look reads)."""
+    from waypoint.engine import END, START, Graph
+
+    g = Graph(name="many")
+    names = [f"s{i}" for i in range(200)]
+    for name in names:
+        g.add_node(name, lambda x: x + 1)
+    for a, b in zip([START, *names], [*names, END]):
+        g.add_edge(a, b)
+    return g
+
+
+def many_compiled(store):
+    return many().compile(store=store, lease_seconds=float(os.environ.get("DESK_LEASE", "30")))

@@ -264,6 +264,13 @@ class _Api:
             if checkpoint_id in self.state.watcher.expected:  # a start submitted here: its log, if claimed
                 await self.state.watcher.look(checkpoint_id)
             head = await self.store.history(checkpoint_id, limit=1)
+            queued = self.state.watcher.expected.get(checkpoint_id)
+            if not head and queued is not None:  # a start submitted here that no worker has claimed yet
+                async def waiting() -> dict[str, Any]:
+                    return {"checkpoint_id": checkpoint_id, "status": "queued",
+                            "detail": "submitted to the run queue; its events come once a worker claims it"}
+
+                return _sse_response(stream(queued.log, _event_id(last_event_id, after), waiting))
             if not head:
                 return missing(checkpoint_id)
             kept = self.state.logs.runs.get(checkpoint_id)

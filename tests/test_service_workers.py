@@ -278,6 +278,8 @@ def test_an_answer_queued_while_no_worker_runs_applies_to_its_pause_or_to_nothin
         queued = c.post("/runs", json={"agent": "desk", "input": "later", "checkpoint_id": "q-2"})
         assert queued.status_code == 201 and queued.json()["status"] == "queued", queued.text
         assert queued.json()["version"] is None
+        follower = Stream(s, "/runs/q-2/events")  # followed before any worker claims it: a snapshot "queued"
+        assert follower.wait_for("snapshot")["status"] == "queued"
         answered: dict[str, Any] = {}
 
         def approve() -> None:
@@ -312,6 +314,9 @@ def test_an_answer_queued_while_no_worker_runs_applies_to_its_pause_or_to_nothin
         run = c.get("/runs/q-1").json()
         assert run["status"] == "completed" and "changed my mind" in run["messages"][-2]["content"]
         assert wait_until(lambda: c.get("/runs/q-2").json().get("status") == "interrupted", 30, "q-2 ran")
+        assert follower.wait_for("interrupt")["interrupts"][0]["arguments"] == {"command": "later"}
+        assert follower.kinds()[:2] == ["snapshot", "started"], follower.kinds()
+        follower.close()
     assert acts(desk) == []  # the stale approve never ran the tool
 
 

@@ -225,6 +225,10 @@ class _Session:
         loaded = await self._load_source()
         head = await self._target_head(loaded)
         self.head_created = head.created_at if head is not None else None  # what a new run here replaces
+        if head is not None and self.cp.created_at is not None and self.cp.created_at < head.created_at:
+            # a branch from a version of a run that a newer run on this ID replaced: written over the newer
+            # run, it is a run of its own (the stores refuse an older run's write on a newer one)
+            self.cp.replaces, self.cp.created_at = head.created_at, None
         self._check_expected(head if head is not None else loaded.meta if loaded is not None else None)
         if head is not None:  # a branch is judged by the newest version of the run it writes, never the one it read
             await self._check_lease(head)

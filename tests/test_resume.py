@@ -498,3 +498,31 @@ async def test_a_new_run_over_one_created_on_a_clock_ahead_is_still_written(tmp_
     again = (await store.history("ahead", limit=1))[0]
     assert again.status == "completed" and again.created_at > first.created_at > time.time()
     await store.close()
+
+
+async def test_time_travel_to_a_version_of_a_run_a_newer_run_replaced(tmp_path):
+    """Run A pauses, run B is started over it on the same ID (force_new_run); resuming A's paused version
+    (version=) writes on top of B as a run of its own, and is not taken for a writer of a deleted run."""
+    store = SQLiteStore(tmp_path / "runs.db")
+
+    def ask(x):
+        is_target, _, answer = get_resume_context()
+        if not is_target:
+            raise Interrupt({"q": x})
+        return f"{x}:{answer}"
+
+    g = Graph(name="g")
+    g.add_node("ask", ask)
+    g.add_edge(START, "ask")
+    g.add_edge("ask", END)
+    app = g.compile(store=store)
+    with pytest.raises(GraphInterrupted) as paused:
+        await app.ainvoke("A", checkpoint_id="tt")
+    (asked,) = paused.value.info.contexts
+    a_version = (await store.history("tt", limit=1))[0].version
+    with pytest.raises(GraphInterrupted):
+        await app.ainvoke("B", checkpoint_id="tt", force_new_run=True)
+    assert await app.ainvoke(None, checkpoint_id="tt", version=a_version, resume={asked.id: "yes"}) == "A:yes"
+    newest, b = (await store.history("tt"))[0], (await store.history("tt"))[2]
+    assert newest.status == "completed" and newest.created_at > b.created_at
+    await store.close()

@@ -64,11 +64,12 @@ __all__ = ["Worker"]
 log = logging.getLogger("waypoint.worker")
 
 _BACKOFF = (0.1, 5.0)
+"""Seconds before a request that met an unavailable database is claimable again: the first, the most."""
 _FOREIGN_SECONDS = 60.0
 """How long a worker leaves alone a run written by another version of its graph (then it looks once more:
 the run may have been deleted and started again by this version)."""
 _FOREIGN_MAX = 500
-"""Seconds before a request that met an unavailable database is claimable again: the first, the most."""
+_NOTES: set[asyncio.Task] = set()
 
 
 @dataclass(frozen=True)
@@ -97,14 +98,19 @@ class _Progress:
         self.version: int | None = None
         self._queue, self._item = queue, item
 
-    async def on_checkpoint(self, event: Any) -> None:
+    def on_checkpoint(self, event: Any) -> None:
         first = self.version is None
         self.version = event.data
-        if first and self._queue is not None and self._item is not None:
-            try:
-                await self._queue._claimed(self._item.checkpoint_id, self._item.token, event.data)
-            except Exception as err:  # noqa: BLE001 - a note for waiters only; the run goes on
-                log.warning("run '%s': noting the claim on the queue row failed (%s)", self._item.checkpoint_id, err)
+        if first and self._queue is not None and self._item is not None:  # beside the run: it never waits
+            task = asyncio.create_task(self._note(self._item, event.data))
+            _NOTES.add(task)  # held until done (the loop keeps only weak references to tasks)
+            task.add_done_callback(_NOTES.discard)
+
+    async def _note(self, item: _Item, version: int) -> None:
+        try:
+            await self._queue._claimed(item.checkpoint_id, item.token, version)
+        except Exception as err:  # noqa: BLE001 - a note for waiters only; the run goes on
+            log.warning("run '%s': noting the claim on the queue row failed (%s)", item.checkpoint_id, err)
 
 
 class Worker:
@@ -117,9 +123,9 @@ class Worker:
     them; `max_attempts`: claims of one request that ended without an outcome or a hand-back (a worker died
     with it) in a row without the run moving on, after which it is recorded as an error instead of run
     again — a run that kills every worker that takes it must not take the fleet down one by one;
-    `serializer`: the queue's codec (the one `RunQueue` used to submit); `recover`: also continue runs of `graphs` whose process died and that
-    nobody queued (module docstring), giving a run up after `max_attempts` takeovers in a row without
-    progress."""
+    `serializer`: the queue's codec (the one `RunQueue` used to submit); `recover`: also continue runs of
+    `graphs` whose process died and that nobody queued (module docstring), giving a run up after
+    `max_attempts` takeovers in a row without progress."""
 
     def __init__(self, store: Any, graphs: Sequence[Any] | Mapping[str, Any], *, concurrency: int = 8,
                  poll: float = 1.0, lease_seconds: float | None = None, drain_seconds: float = 30.0,
@@ -189,6 +195,8 @@ class Worker:
                 if task is not None:
                     task.cancel()
             await asyncio.gather(*(t for t in (keeper, recovery) if t is not None), return_exceptions=True)
+            loop = asyncio.get_running_loop()
+            await asyncio.gather(*(t for t in list(_NOTES) if t.get_loop() is loop), return_exceptions=True)
             if listening is not None:
                 await listening.close()
             await _quietly(self.queue._absent(self.name))

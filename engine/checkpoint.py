@@ -154,6 +154,11 @@ class Checkpointer:
     """The running run's trace carrier, written into every header (nothing when empty)."""
     sent: float = 0.0
     """The lease clock (engine/lease.py) when the last write was sent: a lease it took lasts from then."""
+    holding: bool = False
+    """The last write was `running` under this writer's own lease: the next one continues under it, and the
+    store refuses it once the lease is no longer this writer's (engine/store.py, guarantee 11)."""
+    takeover: bool = False
+    """The next write takes the run from a lease owner the caller established is dead (then cleared)."""
 
     def __post_init__(self) -> None:
         self.fingerprint = fingerprint(self.graph_structure)
@@ -169,9 +174,9 @@ class Checkpointer:
         raced this run), the whole version is written again. `journal` says which state fields only grew
         through an append-owned reducer since the last write (engine/reducers.py): their new items are
         written without looking at the old ones, except in a version that is not `running` (a pause or an
-        end), where every list is compared in full. (A failure or cancel writes no new content: `mark`.) `lease` (owner, expiry) is written instead of this writer's
-        own for a `running` version (an edit of a run whose process died keeps its expired lease).
-        """
+        end), where every list is compared in full. (A failure or cancel writes no new content: `mark`.) `lease`
+        (owner, seconds from now; None seconds: no lease) is written instead of this writer's own for a `running`
+        version (an edit of a run whose process died names its owner under a lease that has run out: 0 s)."""
         try:
             meta = await self._save(pos, status, error, journal, lease)
         except MissingBlobs:
@@ -218,7 +223,8 @@ class Checkpointer:
                    blobs: list[Blob], lease: tuple[Any, Any] | None = None) -> CheckpointMeta:
         now = time.time()
         running = status == "running"
-        owner, expires = lease if lease is not None else (self.owner, now + self.lease_seconds)
+        owner, seconds = lease if lease is not None else (self.owner, self.lease_seconds)
+        expires = now + seconds if seconds is not None else None
         meta = CheckpointMeta(
             checkpoint_id=self.checkpoint_id, version=(self.version or 0) + 1, status=status,
             step=step, fingerprint=self.fingerprint, created_at=self.created_at or self._created(now), updated_at=now,
@@ -230,7 +236,10 @@ class Checkpointer:
             record["trace"] = self.trace
         header = self.serializer.dumps(record, root=f"checkpoint '{self.checkpoint_id}'")
         self.sent = lease_clock()  # the store stamps the lease no earlier (on its clock): see engine/lease.py
-        await self.store.put(meta, header, content["parts"], blobs, expected_version=self.version)
+        await self.store.put(meta, header, content["parts"], blobs, expected_version=self.version,
+                             holder=self.owner if self.holding else None, takeover=self.takeover)
+        self.holding = running and lease is None
+        self.takeover = False
         self.origin = None
         self.version = meta.version
         self.created_at = meta.created_at

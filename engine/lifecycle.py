@@ -16,7 +16,8 @@ The rules (docs/resume.md):
 7. A failed or cancelled run is stored at its last finished step, state included (never with the
    changes of the step that failed), so a resume re-runs that step once.
 8. The lease is renewed from a thread (engine/lease.py) and judged on the store's clock; a run that lost
-   it starts nothing more (`LeaseLost` before its next step or tool call) and writes nothing.
+   it starts nothing more (`LeaseLost` before its next step or tool call) and writes nothing: every write is
+   fenced by the store, in its own transaction, on the lease this run holds (engine/store.py, guarantee 11).
    A run deleted or expired while it runs stays deleted: its next write is `CheckpointNotFound`.
 9. Handlers' `on_run_start` runs once the run is read and checked, before its claim; `on_run_end` once
    the call ends, however it ends (engine/events.py). What `on_run_start` puts in `RunInfo.trace` is
@@ -52,7 +53,7 @@ from .errors import (
     WaypointError,
 )
 from .events import Emitter, Event, RunInfo, clean_trace
-from .lease import LeaseKeeper
+from .lease import LeaseKeeper, reserve
 from .owners import OwnerState, describe_owner, executing, owner_state
 from .resume import (
     ResumeRequest,
@@ -278,6 +279,7 @@ class _Session:
         """Claim the run (when prepare() decided so), with the trace carrier the hooks gave it, and execute it."""
         self.cp.trace = clean_trace(info.trace)
         if self.claiming:
+            await reserve(self.cp.store)  # renewals have their connection before the run is taken (engine/lease.py)
             await self._save(run, "running")
         return await self.execute(run)
 
@@ -355,6 +357,7 @@ class _Session:
             refused = "takeover is refused while its owner lives; " if self.opts.takeover else ""
             raise CheckpointConflict(f"{held}; {known}: {refused}wait for it to pause or finish")
         if self.opts.takeover:
+            self.cp.takeover = True  # the claim's write may take the lease the store still sees live
             return
         if state is OwnerState.DEAD:
             raise CheckpointConflict(f"{held}; {known}: pass takeover=True to continue it now")
@@ -433,7 +436,7 @@ class _Session:
             await self._remember(run, "start")
         else:
             cp, pos = self.cp, run.pos
-            run.ledger = lambda: (cp.store, cp.serializer, cp.checkpoint_id, pos.ledger)
+            run.ledger = lambda: (cp.store, cp.serializer, cp.checkpoint_id, pos.ledger, cp.owner, cp.created_at)
             run.progress = _Progress(self, run)
         if self.last_status == "running":
             self.lease = LeaseKeeper(self.cp.store, self.target, self.cp.owner, self.cp.lease_seconds,
@@ -487,6 +490,8 @@ class _Session:
         self.snapshot = self.cp.snapshot(run.pos)
 
     async def _save(self, run: Run, status: str) -> None:
+        if self.lease is not None and self.cp.holding:
+            self.lease.check()  # past its deadline this process writes nothing (the store would refuse it later)
         pos = run.pos
         if pos.answers is not None and (status != "running" or not pos.interrupts):
             pos.answers = None  # every paused task they were for has run (or paused anew)

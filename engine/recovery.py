@@ -295,6 +295,7 @@ async def give_up(graph: Any, checkpoint_id: str, why: str) -> bool:
     live = meta.lease_expires is not None and meta.lease_expires > await store_clock(graph.store)
     if live and owner_state(meta.lease_owner) is not OwnerState.DEAD:
         return False
+    reader.takeover = live  # its owner is gone from this host, though the store still sees the lease live
     try:
         await reader.mark("failed", error=why)
     except CheckpointConflict:

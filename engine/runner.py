@@ -88,7 +88,7 @@ class Run:
         self.resumed: dict[str, InterruptRecord] = {}  # address -> what paused there; consumed by its task
         self.halted = False  # something paused during this execution: start no new DAG task
         self.before_step: Callable[[], None] | None = None  # raises to stop (the run's lease was lost)
-        self.ledger: Callable[[], tuple] | None = None  # (store, serializer, id, epoch) for task_ledger()
+        self.ledger: Callable[[], tuple] | None = None  # (store, serializer, id, epoch, holder, incarnation)
         self.checkpoint_id: str | None = None  # the stored run this executes in, if any
         self.step_key: Callable[[], tuple[str, int]] | None = None  # (checkpoint_id, ledger epoch) when stored
         self.version: Callable[[], int | None] | None = None  # the stored run's newest version

@@ -5,10 +5,12 @@
    between (a resume, another edit) makes it `CheckpointConflict`, and nothing is written. Its `origin` says
    what was edited: `"<id>@<version> update_state"` (`" as <node>"` with `as_node`).
 2. A run running under a live lease is refused (`CheckpointConflict` naming the owner and the expiry): the
-   run's newest version's lease, whichever version is edited. A run whose process died (its lease expired)
-   may have its state edited: it stays `running` under the expired lease, so resuming it takes it over as
-   before. An edit of an older `running` version (a branch) is `running` under no lease: no process
-   executes it, and a plain resume continues it.
+   run's newest version's lease, whichever version is edited, judged on the store's clock — by the store
+   itself, in the edit's own transaction (engine/store.py, guarantee 11), so an editor whose clock is off
+   never edits a live run. A run whose process died (its lease expired) may have its state edited: it stays
+   `running`, under its owner's name with a lease that has run out, so resuming it takes it over as before.
+   An edit of an older `running` version (a branch) is `running` under no lease: no process executes it,
+   and a plain resume continues it.
 3. `values` go into the state through the fields' reducers, as a node's `Update` would write them.
 4. `as_node=None`: only the state changes. Pending tasks, pauses and their interrupt IDs stay as they were,
    so a resume answers the same IDs and its nodes see the edited state.
@@ -39,7 +41,7 @@ from .reducers import Update, apply_writes
 from .resume import reissue_ids
 from .runner import Run
 from .shape import GraphShape
-from .store import CheckpointMeta
+from .store import CheckpointMeta, store_clock
 
 __all__ = ["update_state"]
 
@@ -71,8 +73,8 @@ async def update_state(graph: GraphShape, checkpoint_id: str, values: Any, as_no
         reissue_ids(pos)
     status, error = meta.status, meta.error
     lease = None
-    if status == "running":  # nobody executes the edited version: a crashed run's expired lease, a branch none
-        lease = (None, None) if branch else (meta.lease_owner, meta.lease_expires)
+    if status == "running":  # nobody executes the edited version: a crashed run's lease run out, a branch none
+        lease = (None, None) if branch else (meta.lease_owner, 0.0)
     if as_node is None:
         apply_writes(pos.state, [("update_state", update.values)], graph.reducers, None, graph.name)
     else:
@@ -94,12 +96,15 @@ async def _head(graph: GraphShape, checkpoint_id: str, expected_version: int | N
         raise CheckpointConflict(f"run '{checkpoint_id}' moved on: it is at version {head.version}, and this edit "
                                  f"was made for version {expected_version}; read the run again and decide on what "
                                  "it holds now")
-    if head.status == "running" and head.lease_expires is not None and head.lease_expires > time.time():
-        clock = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(head.lease_expires))
-        known = describe_owner(head.lease_owner)
-        raise CheckpointConflict(
-            f"run '{checkpoint_id}' is running (lease held by {head.lease_owner} until {clock}"
-            f"{'; ' + known if known else ''}); edit its state once it has paused or finished")
+    if head.status == "running" and head.lease_expires is not None:  # the store refuses it too, in the edit
+        left = head.lease_expires - await store_clock(graph.store)
+        if left > 0:
+            known = describe_owner(head.lease_owner)
+            until = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(head.lease_expires))
+            raise CheckpointConflict(
+                f"run '{checkpoint_id}' is running (lease held by {head.lease_owner} until {until}, another "
+                f"{left:.1f} s by the store's clock{'; ' + known if known else ''}); edit its state once it has "
+                "paused or finished")
     return head
 
 

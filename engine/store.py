@@ -19,7 +19,9 @@ Guarantees every store gives (tests/test_store_contract.py checks them on every 
 2. A blob is identified by `(checkpoint_id, hash)`; writing one that exists is a no-op. `get` returns
    for every part the chain of blobs from the root to the referenced head, oldest first.
 3. The tool ledger is idempotent: `record_call` keeps the first result written for
-   `(checkpoint_id, version, call_id)` and reports whether this call wrote it.
+   `(checkpoint_id, version, call_id)` and reports whether this call wrote it. Every entry is bound to the
+   run's incarnation (its `created_at`: a new run on a reused ID is another incarnation) and
+   `recorded_calls(..., incarnation=)` never returns an entry of another one.
 4. `history` is newest first; `list` returns the newest version of each run, newest update first
    (ties by checkpoint ID, descending), filtered by status, paged with `before`: the last
    `CheckpointMeta` of the previous page (or an `updated_at` time). A negative limit is a `ValueError`.
@@ -34,8 +36,9 @@ Guarantees every store gives (tests/test_store_contract.py checks them on every 
    and version (never a driver, JSON or memory error), and reading such a chain always terminates.
    `meta_problem` and `parts_problem` below are the checks a store applies to what it read.
 9. **Leases are on the store's clock.** `clock()` is the store's time (seconds since the epoch): the
-   database server's for a store shared by machines (Postgres), the host's for a store only one host
-   can open (SQLite: every process on it reads the same clock; memory). Every lease expiry a store
+   database server's for a store shared by machines (Postgres: `clock_timestamp()`), the host's for a
+   store only one host can open (SQLite: read by SQLite itself, `julianday('now')`, so every process on
+   the host reads the same clock whatever its own `time.time()` says; memory: its process's). Every lease expiry a store
    writes is stamped from that clock — `put` keeps the *duration* its meta asks for
    (`lease_expires - updated_at`, both on the writer's clock) and stores `clock() + duration`;
    `renew_lease` extends to `clock() + seconds` — and `renew_lease` refuses a lease that has already
@@ -45,6 +48,22 @@ Guarantees every store gives (tests/test_store_contract.py checks them on every 
 10. An operation that failed for a reason that may pass (the database unreachable or restarting, no
    connection to spare, a lock not granted in time) raises `StoreUnavailable` with the driver's error as
    `__cause__`, having written nothing.
+11. **Fenced writes.** A write for a run is checked, in the same transaction and on the store's clock,
+   against who holds the run (its newest version's lease) — never against the writer's own clock:
+   - `put(..., holder=owner)` continues the run under the lease `owner` (the writer's previous version was
+     `running` under it): the newest version must still be `running` under that owner's unexpired lease,
+     else `LeaseLost` (or `CheckpointNotFound` when the run is gone) and nothing is written;
+   - `put(..., holder=None)` takes the run (a start, a claim, an edit): refused with `CheckpointConflict`
+     while the newest version is `running` under another writer's unexpired lease, unless `takeover=True`
+     (the caller established that the owner is dead);
+   - `record_call(..., holder=owner, incarnation=created_at)` writes only while the newest version is
+     `running` under `owner`'s unexpired lease and belongs to that incarnation, else `LeaseLost`;
+   - `delete(checkpoint_id, force=False)` refuses (`CheckpointConflict`) a run `running` under an unexpired
+     lease.
+12. **Renewals never wait behind the process's own work.** `renew_leases` runs on a connection the store
+   keeps for renewals alone (`reserve_renewals()`, called from the loop that renews, takes it up front and
+   raises `StoreUnavailable` when the database refuses it), so a process whose work holds every pooled
+   connection still renews its leases.
 """
 
 from __future__ import annotations
@@ -141,12 +160,15 @@ class CheckPointStore(Protocol):
         blobs: Sequence[Blob],
         *,
         expected_version: int | None,
+        holder: str | None = None,
+        takeover: bool = False,
     ) -> None:
         """Write version `meta.version` (== expected_version + 1, or 1) atomically, with its blobs.
 
         `parts` maps part names to head blob hashes (every head must be in `blobs` or already
         stored). Raises `CheckpointConflict` if that version exists (someone else wrote first). A lease
         in `meta` is stored as `clock() + (meta.lease_expires - meta.updated_at)` (guarantee 9).
+        `holder` / `takeover`: who writes, checked against the run's lease (guarantee 11).
         """
 
     async def renew_lease(self, checkpoint_id: str, version: int, owner: str, seconds: float) -> bool:
@@ -156,11 +178,19 @@ class CheckPointStore(Protocol):
     async def clock(self) -> float:
         """The store's time, seconds since the epoch: the clock every lease in this store is judged by."""
 
-    async def record_call(self, checkpoint_id: str, version: int, call_id: str, result: bytes) -> bool:
-        """Ledger: store a finished call's result once. True if this call wrote it."""
+    async def renew_leases(self, leases: Sequence[tuple[str, int, str, float]]) -> list[bool]:
+        """`renew_lease` for each `(checkpoint_id, version, owner, seconds)`, in one transaction, on the
+        connection this process keeps for renewals (guarantee 12); one answer per lease."""
 
-    async def recorded_calls(self, checkpoint_id: str, version: int) -> dict[str, bytes]:
-        """Ledger: every result recorded for `(checkpoint_id, version)`, by call id."""
+    async def record_call(self, checkpoint_id: str, version: int, call_id: str, result: bytes, *,
+                          holder: str | None = None, incarnation: float | None = None) -> bool:
+        """Ledger: store a finished call's result once. True if this call wrote it. With `holder`, only
+        while that owner holds the run's lease (guarantee 11), else `LeaseLost`."""
+
+    async def recorded_calls(self, checkpoint_id: str, version: int, *,
+                             incarnation: float | None = None) -> dict[str, bytes]:
+        """Ledger: every result recorded for `(checkpoint_id, version)` of the run's incarnation
+        `incarnation` (every incarnation's when None), by call id."""
 
     async def history(self, checkpoint_id: str, *, limit: int | None = None) -> list[CheckpointMeta]:
         """The run's versions, newest first."""
@@ -170,8 +200,9 @@ class CheckPointStore(Protocol):
     ) -> list[CheckpointMeta]:
         """The newest version of each run, most recently updated first; `before` pages (see above)."""
 
-    async def delete(self, checkpoint_id: str) -> bool:
-        """Remove a run entirely (versions, blobs, ledger). True if it existed."""
+    async def delete(self, checkpoint_id: str, *, force: bool = True) -> bool:
+        """Remove a run entirely (versions, blobs, ledger). True if it existed. `force=False`: refuse
+        (`CheckpointConflict`) while it is running under an unexpired lease, judged in the same transaction."""
 
     async def prune(self, checkpoint_id: str, *, keep_last: int = 1) -> int:
         """Delete all but the newest `keep_last` versions (at least 1) and what only they used."""

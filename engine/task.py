@@ -47,7 +47,8 @@ class TaskLedger:
     """
 
     def __init__(self, store: Any, serializer: Any, checkpoint_id: str, epoch: int, address: str,
-                 check: Callable[[], None] | None = None) -> None:
+                 check: Callable[[], None] | None = None, *, holder: str | None = None,
+                 incarnation: float | None = None) -> None:
         self.store = store
         self.serializer = serializer
         self.checkpoint_id = checkpoint_id
@@ -55,6 +56,11 @@ class TaskLedger:
         self.prefix = f"{address}|"
         self.check = check
         """Raises `LeaseLost` once the run is no longer this process's (called before every write)."""
+        self.holder = holder
+        """The lease owner this process runs the run under: the store writes an entry only while it holds the
+        run's lease (engine/store.py, guarantee 11); None for a reader."""
+        self.incarnation = incarnation
+        """The run's `created_at`: entries are bound to it, and entries of another run on the ID are never read."""
 
     async def recorded(self) -> dict[str, Any]:
         """Every entry this task recorded in this step: key -> value.
@@ -62,7 +68,7 @@ class TaskLedger:
         Each entry names the run, the page and the key it was written for, inside the (signed) record:
         an entry copied to another run, page or key is `CheckpointCorrupted`, never a result.
         """
-        rows = await self.store.recorded_calls(self.checkpoint_id, self.epoch)
+        rows = await self.store.recorded_calls(self.checkpoint_id, self.epoch, incarnation=self.incarnation)
         n = len(self.prefix)
         return {k[n:]: self._open(k, v) for k, v in rows.items() if k.startswith(self.prefix)}
 
@@ -70,13 +76,15 @@ class TaskLedger:
         """Record `value` under `key` unless an entry is there already; True if this call wrote it.
 
         Raises `LeaseLost` instead when the run is no longer this process's: a process stopped past its lease
-        (and woken while another runs the call again) must not record its result as the call's."""
+        (and woken while another runs the call again), or whose run was deleted meanwhile, must not record its
+        result as the call's. Checked here by the clock, then by the store in the write's own transaction."""
         if self.check is not None:
             self.check()
         full = self.prefix + key
         entry = {"ledger": [self.checkpoint_id, self.epoch, full], "value": value}
         data = self.serializer.dumps(entry, root=f"ledger entry '{key}' of run '{self.checkpoint_id}'")
-        return await self.store.record_call(self.checkpoint_id, self.epoch, full, data)
+        return await self.store.record_call(self.checkpoint_id, self.epoch, full, data, holder=self.holder,
+                                            incarnation=self.incarnation)
 
     def _open(self, key: str, data: bytes) -> Any:
         entry = self.serializer.loads(data)
@@ -202,9 +210,9 @@ def task_ledger() -> TaskLedger | None:
     source = scope.run.ledger
     if source is None:
         return None
-    store, serializer, checkpoint_id, epoch = source()
+    store, serializer, checkpoint_id, epoch, holder, incarnation = source()
     return TaskLedger(store, serializer, checkpoint_id, epoch, scope.place or f"{scope.run.address};node:{scope.node}",
-                      check=scope.run.before_step)
+                      check=scope.run.before_step, holder=holder, incarnation=incarnation)
 
 
 def enclosing_state() -> Any:

@@ -12,7 +12,8 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import Response, StreamingResponse
 from pydantic import TypeAdapter, ValidationError
-from waypoint.engine import Message
+from waypoint.engine import CheckpointConflict, Message
+from waypoint.engine.store import store_clock
 
 from ._events import LogEvent, stream
 from ._execution import Execution
@@ -35,7 +36,7 @@ from ._schemas import (
     StartRun,
 )
 from ._state import ServiceState
-from ._views import lease_alive, meta_view
+from ._views import meta_view
 
 __all__ = ["build_api_router", "EventStream"]
 
@@ -178,10 +179,11 @@ class _Api:
         except ValueError as err:
             return invalid(["query", "before"], str(err))
         metas = await self.store.list(status=status, limit=limit, before=cursor)
+        now = await store_clock(self.store)
         runs = []
         for meta in metas:
             target = self.state.target_of(meta)
-            runs.append({**meta_view(meta), "graph": target.name if target else None,
+            runs.append({**meta_view(meta, now), "graph": target.name if target else None,
                          "active": meta.checkpoint_id in self.executor.running})
         return {"runs": runs, "next": encode_cursor(metas[-1]) if len(metas) == limit else None}
 
@@ -201,7 +203,8 @@ class _Api:
         page, more = await history_page(self.store, checkpoint_id, before=before, limit=limit)
         if not page and not await self.store.history(checkpoint_id, limit=1):
             return missing(checkpoint_id)
-        return {"history": [meta_view(m) for m in page], "next": more}
+        now = await store_clock(self.store)
+        return {"history": [meta_view(m, now) for m in page], "next": more}
 
     async def resume_run(self, checkpoint_id: str, body: ResumeRun) -> Any:
         """Resume a run (in this process, or — with a run queue — in a worker) with answers by interrupt ID.
@@ -233,14 +236,16 @@ class _Api:
         head = await self.store.history(checkpoint_id, limit=1)
         if not head:
             return missing(checkpoint_id)
-        if head[0].status == "running" and lease_alive(head[0]) and not force:
-            return await conflict(self.state, head[0], f"run '{checkpoint_id}' is running; send force=true to delete "
-                                  "it anyway (its process stops at its next write)")
+        try:  # without force, the store refuses a live run in the delete's own transaction, on its own clock
+            existed = await self.store.delete(checkpoint_id, force=force)
+        except CheckpointConflict as err:
+            return await conflict(self.state, head[0], f"{err}; send force=true to delete it anyway (its process "
+                                  "then writes nothing more for it)")
+        if not existed:
+            return missing(checkpoint_id)
         running = self.executor.running.get(checkpoint_id)
         if running is not None and running.task is not None:
-            running.task.cancel()  # stop spending model calls on a run that is going away
-        if not await self.store.delete(checkpoint_id):
-            return missing(checkpoint_id)
+            running.task.cancel()  # stop spending model calls on a run that is gone
         gone = {"checkpoint_id": checkpoint_id}
         self.state.watcher.forget(checkpoint_id)
         log = self.state.logs.drop(checkpoint_id)  # its events go with it: a new run on the ID starts afresh

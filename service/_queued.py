@@ -24,6 +24,7 @@ from waypoint.engine import (
     UnknownInterrupt,
     WaypointError,
 )
+from waypoint.engine.store import store_clock
 
 from ._events import EventLog, Logs
 from ._execution import Outcome
@@ -165,7 +166,7 @@ class Dispatcher:
         head = found[0] if found else None
         if head is None:
             return CheckpointNotFound(f"run '{cid}' does not exist") if how == "resume" else err
-        if head.status == "running" and lease_alive(head):
+        if head.status == "running" and lease_alive(head, await store_clock(self.store)):
             return CheckpointConflict(f"run '{cid}' is running")
         if how == "start" and head.status != "completed" and not force_new_run:
             return CheckpointExists(f"run '{cid}' is {head.status}")

@@ -22,6 +22,7 @@ from waypoint.engine import (
     WaypointError,
 )
 from waypoint.engine.owners import OwnerState, describe_owner, owner_state
+from waypoint.engine.store import store_clock
 
 from ._queued import WorkQueued
 from ._responses import SafeJSONResponse, invalid, problem
@@ -158,7 +159,7 @@ async def refused(state: ServiceState, attempt: Attempt, err: BaseException | No
         return await conflict(state, head, f"run '{cid}' moved past version {attempt.seen} while this request was "
                               f"claiming it (it is at version {head.version} now, {head.status}): another request got "
                               f"there first; read it again (GET /runs/{cid})")
-    if head.status == "running" and lease_alive(head):
+    if head.status == "running" and lease_alive(head, await store_clock(state.store)):
         return await lease_conflict(state, head, takeover=attempt.takeover)
     if head.status == "completed":
         return await completed(state, head)

@@ -11,11 +11,11 @@ so a run that moves on between the look and the claim is refused by the engine, 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from waypoint.engine import CheckpointMeta, Respond, Restart
+from waypoint.engine.store import store_clock
 from waypoint.middleware import ApprovalResult
 
 from ._refusals import completed, lease_conflict, missing, moved_on, not_pending
@@ -23,6 +23,7 @@ from ._responses import SafeJSONResponse, invalid, problem
 from ._schemas import ResumeRun
 from ._state import ServiceState
 from ._targets import Target
+from ._views import lease_alive
 
 __all__ = ["Prepared", "prepare_resume"]
 
@@ -88,7 +89,7 @@ async def _stale(state: ServiceState, head: CheckpointMeta, body: ResumeRun) -> 
     """409 when the run is not where the answers can go: completed, executing, moved on."""
     if head.status == "completed":
         return await completed(state, head)
-    live = head.status == "running" and head.lease_expires is not None and head.lease_expires > time.time()
+    live = head.status == "running" and lease_alive(head, await store_clock(state.store))
     executors = head.checkpoint_id in state.executor.running or state.dispatcher is not None  # (workers: theirs)
     if live and (executors or not body.takeover):
         return await lease_conflict(state, head, takeover=body.takeover)

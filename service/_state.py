@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from waypoint.engine import CheckpointMeta, read_run
+from waypoint.engine.store import store_clock
 
 from ._auth import Auth, Decide, Gate
 from ._events import Logs
@@ -109,7 +110,7 @@ class ServiceState:
         if snap is None:
             return None
         return run_view(snap, history, newest=history[0].version, history_next=more,
-                        active=checkpoint_id in self.executor.running)
+                        active=checkpoint_id in self.executor.running, now=await store_clock(self.store))
 
 
 def _queue(queue: Any, store: Any) -> Any:

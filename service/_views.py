@@ -6,7 +6,6 @@ JSON does not know its clipped `repr`. Times are Unix seconds (float).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,18 +21,20 @@ def plain(value: Any) -> Any:
     return jsonable(value, limit=2000)
 
 
-def lease_alive(meta: CheckpointMeta) -> bool:
-    return meta.lease_expires is not None and meta.lease_expires > time.time()
+def lease_alive(meta: CheckpointMeta, now: float) -> bool:
+    """Whether `meta`'s lease is unexpired at `now`, the store's clock (`store_clock(store)`), never this
+    process's own."""
+    return meta.lease_expires is not None and meta.lease_expires > now
 
 
-def meta_view(meta: CheckpointMeta) -> dict[str, Any]:
-    """One version's row."""
+def meta_view(meta: CheckpointMeta, now: float) -> dict[str, Any]:
+    """One version's row; `now`: the store's clock, which judges its lease."""
     out: dict[str, Any] = {
         "checkpoint_id": meta.checkpoint_id, "version": meta.version, "status": meta.status, "step": meta.step,
         "created_at": meta.created_at, "updated_at": meta.updated_at, "error": meta.error, "origin": meta.origin,
     }
     if meta.status == "running":
-        out["lease"] = {"owner": meta.lease_owner, "expires": meta.lease_expires, "alive": lease_alive(meta)}
+        out["lease"] = {"owner": meta.lease_owner, "expires": meta.lease_expires, "alive": lease_alive(meta, now)}
     return out
 
 
@@ -74,14 +75,14 @@ def pending_view(ctx: InterruptCtx, version: int | None, paused_at: float | None
 
 
 def run_view(snap: RunSnapshot, history: Sequence[CheckpointMeta], *, newest: int, history_next: int | None,
-             active: bool) -> dict[str, Any]:
+             active: bool, now: float) -> dict[str, Any]:
     """A decoded version with a page of the run's history (newest first; `history_next` is the
     `history_before=` of the next page, None on the last)."""
     from waypoint.engine.agents import AgentState
 
     meta = snap.meta
     is_agent = isinstance(snap.state, AgentState)
-    out = {**meta_view(meta), "graph": snap.graph, "kind": "agent" if is_agent else "graph",
+    out = {**meta_view(meta, now), "graph": snap.graph, "kind": "agent" if is_agent else "graph",
            "newest_version": newest, "active": active,
            "interrupts": [pending_view(c, meta.version, meta.updated_at) for c in snap.interrupts.contexts]
            if meta.status != "completed" else [],
@@ -92,6 +93,6 @@ def run_view(snap: RunSnapshot, history: Sequence[CheckpointMeta], *, newest: in
     else:
         out["state"] = plain(snap.state)
     out["output"] = output_json(snap.output)
-    out["history"] = [meta_view(m) for m in history]
+    out["history"] = [meta_view(m, now) for m in history]
     out["history_next"] = history_next
     return out

@@ -6,7 +6,8 @@ import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
-from waypoint.engine.errors import CheckpointConflict, CheckpointCorrupted, CheckpointNotFound, StoreUnavailable, clip
+from waypoint.engine.errors import (CheckpointConflict, CheckpointCorrupted, CheckpointNotFound, LeaseLost,
+                                   StoreUnavailable, clip)
 from waypoint.engine.store import MAX_CHAIN, STATUSES, Blob, CheckpointMeta
 
 RESTORE = "restore the database from a backup or delete this run"
@@ -41,6 +42,16 @@ def passing(err: BaseException) -> bool:
         return code[:2] in _PASSING_CLASSES or code in _PASSING_STATES
     text = str(err).lower()  # sqlite3 / aiosqlite: a lock held past the busy timeout
     return type(err).__name__ == "OperationalError" and ("locked" in text or "busy" in text)
+
+
+def no_spare_connection(err: BaseException) -> bool:
+    """True for a refused connection that another one given back can make good: Postgres has no connection to
+    spare for this role or database (SQLSTATE 53300) or is still starting up (57P03)."""
+    sa = sys.modules.get("sqlalchemy.exc")
+    if sa is not None and isinstance(err, sa.DBAPIError) and err.orig is not None:
+        err = err.orig
+    code = getattr(err, "sqlstate", None) or getattr(err, "pgcode", None)
+    return code in ("53300", "57P03")
 
 
 def unavailable(store: str, err: BaseException) -> StoreUnavailable:
@@ -85,6 +96,39 @@ def check_newest(checkpoint_id: str, newest: int | None, expected_version: int |
         )
     if newest > expected_version:
         raise CheckpointConflict(conflict_message(checkpoint_id, expected_version))
+
+
+def check_holder(checkpoint_id: str, status: str | None, owner: str | None, live: bool, holder: str | None,
+                 takeover: bool) -> None:
+    """The write's fence (engine/store.py, guarantee 11), given the newest version's status, lease owner and
+    whether its lease is unexpired on the store's clock, all read in the write's own transaction."""
+    running = status == "running" and owner is not None
+    if holder is not None:
+        if running and owner == holder and live:
+            return
+        raise LeaseLost(lost_message(checkpoint_id, running and owner == holder), checkpoint_id=checkpoint_id)
+    if running and live and not takeover:
+        raise CheckpointConflict(
+            f"run '{checkpoint_id}' is running under a live lease held by {owner} (by the store's clock); wait for "
+            "it to pause or finish, or pass takeover=True if you know that process is dead")
+
+
+def check_idle(checkpoint_id: str, running: Sequence[tuple]) -> None:
+    """`delete(force=False)`: refuse a run whose newest version is running under an unexpired lease, given
+    `[(lease owner, seconds left on the store's clock)]` for that version (empty when it is not running)."""
+    for owner, left in running:
+        if left is not None and left > 0:
+            raise CheckpointConflict(
+                f"run '{checkpoint_id}' is running (lease held by {owner} for another {left:.1f} s by the store's "
+                "clock); delete it with force to stop it anyway (its process then writes nothing more for it)")
+
+
+def lost_message(checkpoint_id: str, expired: bool) -> str:
+    """Why a fenced write was refused to the process that had held the run."""
+    why = ("its lease ran out on the store's clock before it was renewed" if expired else
+           "another process took the run over, or the run was deleted (and perhaps started again)")
+    return (f"run '{checkpoint_id}': this process no longer holds the run ({why}); it writes nothing more for it "
+            "and starts nothing more. The run continues wherever it is taken over")
 
 
 def needed_blobs(parts: Mapping[str, str], blobs: Sequence[Blob]) -> set[str]:

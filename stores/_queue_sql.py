@@ -19,9 +19,9 @@ A worker whose event loop is blocked inside a long node keeps its run (the engin
 from its own thread). A hand-back puts the row back in the queue with the claim cleared, so nothing can
 renew it any more; it counts in `handbacks`, not as a failed attempt.
 
-Every "now" that writes or compares `claimed_until`, `not_before` or a run's `lease_expires` is the
-store's clock (`now_sql`: the database server's on Postgres; on SQLite the host's, shared by every process
-that can open the file), never the calling process's own clock.
+Every "now" that writes or compares `claimed_until`, `not_before` or a run's `lease_expires`, and every time
+stamped on a row (`submitted_at`, which orders the queue; `finished_at`), is the store's clock (`now_sql`: the
+database server's on Postgres; on SQLite the host's as SQLite reads it), never the calling process's own.
 
 Postgres claims with `FOR UPDATE SKIP LOCKED`: claimers skip each other's rows instead of waiting.
 SQLite needs no such clause: a write transaction holds the database's only write lock.
@@ -87,13 +87,13 @@ def _refusal(checkpoint_id: str, kind: str, status: str | None, live: bool) -> s
             "to pause, or resume it once that process is gone and its lease has expired")
 
 
-def enqueue(db: Any, checkpoint_id: str, graph: str | None, kind: str, payload: bytes, now: float,
+def enqueue(db: Any, checkpoint_id: str, graph: str | None, kind: str, payload: bytes,
             expected_version: int | None = None) -> int:
     """Queue work for a run: refused while the run (or earlier work for it) does not allow it, or when
     `expected_version` is given and the run is no longer at that version. Returns how many live workers
     serve the run's graph."""
     params: dict[str, Any] = {"c": checkpoint_id, "g": graph}
-    clock = now_sql(db, params)
+    clock = now_sql(db)
     named = "COALESCE(:g, (SELECT q.graph FROM waypoint_queue q WHERE q.checkpoint_id = :c))"
     live = f"CASE WHEN c.lease_expires > {clock} THEN 1 ELSE 0 END"
     (version, status, is_live, known, serving), = db.rows(
@@ -112,14 +112,14 @@ def enqueue(db: Any, checkpoint_id: str, graph: str | None, kind: str, payload: 
     graph = known
     written = db.run(
         "INSERT INTO waypoint_queue (checkpoint_id, graph, kind, payload, base_version, state, attempts, "
-        "submitted_at) VALUES (:c, :g, :k, :p, :b, 'queued', 0, :t) ON CONFLICT (checkpoint_id) DO UPDATE SET "
+        f"submitted_at) VALUES (:c, :g, :k, :p, :b, 'queued', 0, {clock}) ON CONFLICT (checkpoint_id) DO UPDATE SET "
         "graph = excluded.graph, kind = excluded.kind, payload = excluded.payload, base_version = "
         "excluded.base_version, state = 'queued', worker = NULL, claim = NULL, attempts = 0, handbacks = 0, "
         "stalls = 0, seen = NULL, "
         "not_before = NULL, submitted_at = excluded.submitted_at, claimed_at = NULL, claimed_until = NULL, "
         "finished_at = NULL, outcome = NULL, error = NULL, result = NULL, version = NULL "
         "WHERE waypoint_queue.state = 'done'",
-        {"c": checkpoint_id, "g": graph, "k": kind, "p": payload, "b": version, "t": now})
+        {"c": checkpoint_id, "g": graph, "k": kind, "p": payload, "b": version})
     if written != 1:
         raise QueueError(f"run '{checkpoint_id}' already has work queued or running; wait({checkpoint_id!r}) "
                          "for it before queueing more")
@@ -135,21 +135,23 @@ def claim(db: Any, worker: str, token: str, graphs: Sequence[str], limit: int, h
           skip_ids: Sequence[str] = ()) -> list[tuple]:
     """Claim up to `limit` claimable rows for `graphs` (none of the runs `skip_ids`), oldest first, each under
     the token `token` + its checkpoint ID: (id, graph, kind, payload, base_version, attempts, handbacks, claim,
-    stalls) each.
+    stalls) each. The row's `error` keeps why the previous claim was handed back, if it said.
 
-    `stalls` counts the claims in a row that found the run at the version the previous claim found it at
-    (a claim after progress counts 1 again); a hand-back takes its claim back off the count."""
+    `stalls` counts the claims in a row that found the run where the previous claim left it, give or take that
+    claim's own first write: an attempt's first write is its claim of the run (a takeover writes one too), so
+    only a second one is progress. A claim after progress counts 1 again; a hand-back takes its claim back off
+    the count."""
     names = ", ".join(f":g{i}" for i in range(len(graphs)))
     skip = " FOR UPDATE SKIP LOCKED" if db.dialect == "postgresql" else ""
     params: dict[str, Any] = {f"g{i}": g for i, g in enumerate(graphs)}
     params.update(w=worker, t=token, hold=float(hold), n=limit)
     params.update({f"x{i}": x for i, x in enumerate(skip_ids)})
     skipped = f" AND q.checkpoint_id NOT IN ({', '.join(f':x{i}' for i in range(len(skip_ids)))})" if skip_ids else ""
-    now = now_sql(db, params)
+    now = now_sql(db)
     return db.rows(
         f"UPDATE waypoint_queue SET state = 'claimed', worker = :w, claim = :t || checkpoint_id, claimed_at = {now}, "
         f"claimed_until = {now} + :hold, not_before = NULL, attempts = attempts + 1, "
-        f"stalls = CASE WHEN COALESCE({_NEWEST_VERSION}, -1) = COALESCE(seen, -1) THEN stalls + 1 ELSE 1 END, "
+        f"stalls = CASE WHEN COALESCE({_NEWEST_VERSION}, 0) > COALESCE(seen, 0) + 1 THEN 1 ELSE stalls + 1 END, "
         f"seen = {_NEWEST_VERSION}, version = NULL WHERE checkpoint_id IN ("
         f" SELECT q.checkpoint_id FROM waypoint_queue q WHERE q.graph IN ({names}){skipped} AND ("
         f"  (q.state = 'queued' AND (q.not_before IS NULL OR q.not_before <= {now})) OR"
@@ -176,31 +178,34 @@ def renew(db: Any, tokens: Sequence[str], hold: float) -> int:
         params: dict[str, Any] = {f"t{i}": t for i, t in enumerate(chunk)}
         params["hold"] = float(hold)
         names = ", ".join(f":t{i}" for i in range(len(chunk)))
-        held += db.run(f"UPDATE waypoint_queue SET claimed_until = {now_sql(db, params)} + :hold "
+        held += db.run(f"UPDATE waypoint_queue SET claimed_until = {now_sql(db)} + :hold "
                        f"WHERE state = 'claimed' AND claim IN ({names})", params)
     return held
 
 
 def finish(db: Any, checkpoint_id: str, token: str, outcome: str, error: str | None, result: bytes | None,
-           version: int | None, now: float) -> bool:
+           version: int | None) -> bool:
     """Record the outcome, if the claim `token` still holds the row. `version`: the run's version the outcome
     left it at (None: its newest now)."""
     return db.run(
-        "UPDATE waypoint_queue SET state = 'done', finished_at = :t, outcome = :o, error = :e, result = :r, "
+        f"UPDATE waypoint_queue SET state = 'done', finished_at = {now_sql(db)}, outcome = :o, error = :e, result = :r, "
         "version = COALESCE(:v, (SELECT MAX(m.version) FROM waypoint_checkpoints m WHERE m.checkpoint_id = :c)), "
         "claimed_until = NULL, claim = NULL WHERE checkpoint_id = :c AND state = 'claimed' AND claim = :k",
-        {"t": now, "o": outcome, "e": error, "r": result, "v": version, "c": checkpoint_id, "k": token}) == 1
+        {"o": outcome, "e": error, "r": result, "v": version, "c": checkpoint_id, "k": token}) == 1
 
 
-def release(db: Any, checkpoint_id: str, token: str, delay: float, counts: bool = False) -> bool:
+def release(db: Any, checkpoint_id: str, token: str, delay: float, counts: bool = False,
+            why: str | None = None) -> bool:
     """Hand a claim back (a drain, the store unavailable, the run held elsewhere): the row is queued again,
     claimable after `delay` seconds (and, as always, once the run holds no live lease), its owner cleared so
-    nothing renews it. A hand-back is not a failed attempt unless it `counts` (an unexpected error)."""
-    params: dict[str, Any] = {"c": checkpoint_id, "k": token, "d": float(delay), "h": 0 if counts else 1}
+    nothing renews it. A hand-back is not a failed attempt unless it `counts` (an unexpected error, a lease
+    lost). `why` is kept on the row (`error`) until the next outcome: what a give-up names as the cause."""
+    params: dict[str, Any] = {"c": checkpoint_id, "k": token, "d": float(delay), "h": 0 if counts else 1,
+                              "why": why[:2000] if why else None}
     done = db.run(
-        "UPDATE waypoint_queue SET state = 'queued', worker = NULL, claim = NULL, claimed_until = NULL, "
+        "UPDATE waypoint_queue SET state = 'queued', worker = NULL, claim = NULL, claimed_until = NULL, error = :why, "
         "handbacks = handbacks + :h, stalls = stalls - :h, not_before = CASE WHEN CAST(:d AS DOUBLE PRECISION) > 0 THEN "
-        f"{now_sql(db, params)} + CAST(:d AS DOUBLE PRECISION) ELSE NULL END "
+        f"{now_sql(db)} + CAST(:d AS DOUBLE PRECISION) ELSE NULL END "
         "WHERE checkpoint_id = :c AND state = 'claimed' AND claim = :k", params) == 1
     if done and delay <= 0 and db.dialect == "postgresql":
         db.rows(f"SELECT pg_notify('{CHANNEL}', :c)", {"c": checkpoint_id})
@@ -214,7 +219,7 @@ def status(db: Any, checkpoint_id: str) -> tuple | None:
     found = db.rows(
         f"SELECT {', '.join('q.' + c.strip() for c in COLUMNS.split(','))}, "
         f"({_NEWEST.format(what='c.status', run='q.checkpoint_id')}), "
-        f"({_SERVING.format(graph='q.graph', now=now_sql(db, params))}) "
+        f"({_SERVING.format(graph='q.graph', now=now_sql(db))}) "
         "FROM waypoint_queue q WHERE q.checkpoint_id = :c", params)
     return tuple(found[0]) if found else None
 
@@ -224,14 +229,11 @@ def status(db: Any, checkpoint_id: str) -> tuple | None:
 def present(db: Any, worker: str, graphs: Sequence[str], hold: float) -> None:
     """`worker` serves `graphs` for the next `hold` seconds (written at start and with each renewal)."""
     rows = [{"w": worker, "g": g, "hold": float(hold)} for g in graphs]
-    now = now_sql(db, rows[0])
-    for row in rows[1:]:
-        row.update({k: v for k, v in rows[0].items() if k == "now"})
-    db.many(f"INSERT INTO waypoint_workers (name, graph, until) VALUES (:w, :g, {now} + :hold) "
+    db.many(f"INSERT INTO waypoint_workers (name, graph, until) VALUES (:w, :g, {now_sql(db)} + :hold) "
             "ON CONFLICT (graph, name) DO UPDATE SET until = excluded.until", rows)
 
 
 def absent(db: Any, worker: str) -> None:
     """`worker` stopped (and workers gone for an hour are forgotten)."""
     params: dict[str, Any] = {"w": worker}
-    db.run(f"DELETE FROM waypoint_workers WHERE name = :w OR until < {now_sql(db, params)} - 3600", params)
+    db.run(f"DELETE FROM waypoint_workers WHERE name = :w OR until < {now_sql(db)} - 3600", params)

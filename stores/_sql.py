@@ -10,12 +10,15 @@ another writer took that version first.
 Leases are judged on one clock (engine/store.py, guarantee 9): in every statement that writes or
 compares a lease or a queue claim, "now" is `now_sql(db)` — the database server's
 `clock_timestamp()` on Postgres, whose clients may sit on machines whose clocks disagree; on SQLite the
-host's clock, which every process that can open the file shares.
+host's clock as SQLite reads it (`julianday('now')`), which every process that can open the file shares
+whatever its own `time.time()` says. Every write for a run is fenced in its own transaction (guarantee 11):
+`put` reads the newest version's lease in the same round trip as its compare-and-set, `record_call` inserts
+only `WHERE` the writer still holds the run, `delete(force=False)` checks the lease after taking the run's lock.
 
 Where the two databases differ, the difference is one statement keyed by `db.dialect`: SQLite runs
 every write transaction under the database's one write lock (`BEGIN IMMEDIATE`), so writers never
 interleave; Postgres runs them side by side (READ COMMITTED), so a write that reads before it writes
-(put's compare-and-set and blob check, delete, prune, expire) first takes the run's advisory lock
+(put's compare-and-set and blob check, a fenced ledger write, delete, prune, expire) first takes the run's advisory lock
 (`_lock_run`), and migrations take a database-wide one, so processes that start at once migrate one
 after the other.
 """
@@ -27,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from waypoint.engine.errors import CheckpointConflict, CheckpointCorrupted, CheckpointError
+from waypoint.engine.errors import CheckpointConflict, CheckpointCorrupted, CheckpointError, LeaseLost
 from waypoint.engine.store import (
     MAX_HASH,
     MAX_PART_NAME,
@@ -47,16 +50,19 @@ from ._common import (
     RESTORE,
     Expiry,
     chain_from,
+    check_holder,
+    check_idle,
     check_limit,
     check_newest,
     check_put,
     check_status,
     conflict_message,
     cursor,
+    lost_message,
     needed_blobs,
 )
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 T = TypeVar("T")
 
 _BINARY = {"sqlite": "BLOB", "postgresql": "BYTEA"}
@@ -134,28 +140,36 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE waypoint_queue ADD COLUMN stalls INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE waypoint_queue ADD COLUMN seen INTEGER",
     ],
+    # Ledger entries bound to the run's incarnation (its created_at): a run deleted and started again on its ID
+    # never reads an entry of the run before it. Existing entries get the incarnation of the version their
+    # page began at (or the run's newest).
+    6: [
+        "ALTER TABLE waypoint_ledger ADD COLUMN incarnation {real}",
+        "UPDATE waypoint_ledger SET incarnation = COALESCE("
+        "(SELECT c.created_at FROM waypoint_checkpoints c WHERE c.checkpoint_id = waypoint_ledger.checkpoint_id "
+        "AND c.version >= waypoint_ledger.version ORDER BY c.version LIMIT 1), "
+        "(SELECT c.created_at FROM waypoint_checkpoints c WHERE c.checkpoint_id = waypoint_ledger.checkpoint_id "
+        "ORDER BY c.version DESC LIMIT 1))",
+    ],
 }
 
 _MIGRATION_LOCK = 0x57A7_0001  # Postgres advisory lock key: one migrating process at a time
 
 
-_PG_NOW = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
+_NOW = {"postgresql": "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)",
+        "sqlite": "((julianday('now') - 2440587.5) * 86400.0)"}
+"""The store's clock in SQL, seconds since the epoch: the server's on Postgres; on SQLite the host's as SQLite
+itself reads it (never the calling process's `time.time()`, which a process may have wrong)."""
 
 
-def now_sql(db: DB, params: dict[str, Any]) -> str:
-    """SQL for the store's clock (seconds since the epoch) in a statement with `params`: the server's on
-    Postgres; on SQLite the host's, bound as `:now`."""
-    if db.dialect == "postgresql":
-        return _PG_NOW
-    params.setdefault("now", time.time())
-    return ":now"
+def now_sql(db: DB) -> str:
+    """SQL for the store's clock (seconds since the epoch), evaluated by the database in the statement."""
+    return _NOW[db.dialect]
 
 
 def clock(db: DB) -> float:
     """The store's clock now."""
-    if db.dialect == "postgresql":
-        return float(db.rows(f"SELECT {_PG_NOW}")[0][0])
-    return time.time()
+    return float(db.rows(f"SELECT {_NOW[db.dialect]}")[0][0])
 
 
 class DB(Protocol):
@@ -331,25 +345,25 @@ def _blobs(db: DB, checkpoint_id: str, heads: set[str], where: str) -> dict[str,
 
 
 def put(db: DB, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], blobs: Sequence[Blob],
-        expected_version: int | None) -> None:
+        expected_version: int | None, holder: str | None = None, takeover: bool = False) -> None:
     check_put(meta, expected_version)
     cid = meta.checkpoint_id
-    _lock_run(db, cid)  # a delete or prune of this run cannot slip between the checks and the insert
+    _lock_run(db, cid)  # a delete, prune or other writer of this run cannot slip between the checks and the insert
     needed = sorted(needed_blobs(parts, blobs))
     params: dict[str, Any] = {f"h{i}": h for i, h in enumerate(needed)}
     params["c"] = cid
     in_needed = f"FROM waypoint_blobs WHERE checkpoint_id = :c AND hash IN ({', '.join(f':h{i}' for i in range(len(needed)))})"
-    newest_sql = "SELECT MAX(version) FROM waypoint_checkpoints WHERE checkpoint_id = :c"
-    created_sql = ("SELECT created_at FROM waypoint_checkpoints WHERE checkpoint_id = :c "
-                   "ORDER BY version DESC LIMIT 1")
+    found_sql = f", (SELECT COUNT(*) {in_needed})" if needed else ", 0"
     announce = _announce(db, params, meta.version, meta.status, cid)  # in the same round trip
-    if needed:  # one round trip for all the checks
-        newest, created, found = db.rows(
-            f"SELECT ({newest_sql}), ({created_sql}), (SELECT COUNT(*) {in_needed}){announce}", params)[0][:3]
-    else:
-        newest, created = db.rows(f"SELECT ({newest_sql}), ({created_sql}){announce}", params)[0][:2]
-        found = 0
+    # one round trip for every check: the newest version (compare-and-set, incarnation, its lease on the store's
+    # clock) and the blobs this version points at without carrying them
+    newest, created, status, owner, live, found = db.rows(
+        f"SELECT n.version, n.created_at, n.status, n.lease_owner, CASE WHEN n.lease_expires > {now_sql(db)} THEN 1 "
+        f"ELSE 0 END{found_sql}{announce} FROM (SELECT 1 AS one) d LEFT JOIN (SELECT version, created_at, status, "
+        "lease_owner, lease_expires FROM waypoint_checkpoints WHERE checkpoint_id = :c ORDER BY version DESC LIMIT 1) "
+        "n ON 1 = 1", params)[0][:6]
     check_newest(cid, newest, expected_version, created, meta.created_at)
+    check_holder(cid, status, owner, bool(live), holder, takeover)
     if found < len(needed):
         present = {h for (h,) in db.rows(f"SELECT hash {in_needed}", params)}
         raise MissingBlobs(cid, set(needed) - present)
@@ -366,7 +380,7 @@ def put(db: DB, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], b
     lease = "NULL"
     if meta.lease_expires is not None:  # the duration asked for, stamped on the store's clock
         row["ld"] = float(meta.lease_expires - meta.updated_at)
-        lease = f"{now_sql(db, row)} + :ld"
+        lease = f"{now_sql(db)} + :ld"
     inserted = db.run(
         f"INSERT INTO waypoint_checkpoints ({_META_COLUMNS}, header, parts) VALUES "
         f"(:c, :v, :s, :st, :f, :ca, :ua, :lo, {lease}, :e, :o, :hd, :p) ON CONFLICT DO NOTHING", row)
@@ -375,25 +389,50 @@ def put(db: DB, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], b
 
 
 def renew_lease(db: DB, checkpoint_id: str, version: int, owner: str, seconds: float) -> bool:
-    params: dict[str, Any] = {"s": float(seconds), "c": checkpoint_id, "v": version, "o": owner}
-    now = now_sql(db, params)
+    now = now_sql(db)
     return db.run(
         f"UPDATE waypoint_checkpoints SET lease_expires = {now} + :s WHERE checkpoint_id = :c AND version = :v "
         f"AND lease_owner = :o AND lease_expires > {now} "
-        "AND version = (SELECT MAX(version) FROM waypoint_checkpoints WHERE checkpoint_id = :c)", params) == 1
+        "AND version = (SELECT MAX(version) FROM waypoint_checkpoints WHERE checkpoint_id = :c)",
+        {"s": float(seconds), "c": checkpoint_id, "v": version, "o": owner}) == 1
 
 
-def record_call(db: DB, checkpoint_id: str, version: int, call_id: str, result: bytes) -> bool:
-    return db.run(
-        "INSERT INTO waypoint_ledger (checkpoint_id, version, call_id, result, created_at) "
-        "VALUES (:c, :v, :k, :r, :t) ON CONFLICT DO NOTHING",
-        {"c": checkpoint_id, "v": version, "k": call_id, "r": result, "t": time.time()},
-    ) == 1
+def renew_leases(db: DB, leases: Sequence[tuple[str, int, str, float]]) -> list[bool]:
+    return [renew_lease(db, *lease) for lease in leases]
 
 
-def recorded_calls(db: DB, checkpoint_id: str, version: int) -> dict[str, bytes]:
-    rows = db.rows("SELECT call_id, result FROM waypoint_ledger WHERE checkpoint_id = :c AND version = :v",
-                   {"c": checkpoint_id, "v": version})
+_HELD = ("EXISTS (SELECT 1 FROM waypoint_checkpoints h WHERE h.checkpoint_id = :c AND h.status = 'running' "
+         "AND h.lease_owner = :o AND h.lease_expires > {now} AND h.created_at = :i AND h.version = "
+         "(SELECT MAX(m.version) FROM waypoint_checkpoints m WHERE m.checkpoint_id = :c))")
+"""The run's newest version is `running` under owner :o's unexpired lease, in incarnation :i."""
+
+
+def record_call(db: DB, checkpoint_id: str, version: int, call_id: str, result: bytes, holder: str | None = None,
+                incarnation: float | None = None) -> bool:
+    params: dict[str, Any] = {"c": checkpoint_id, "v": version, "k": call_id, "r": result, "i": incarnation}
+    now = now_sql(db)
+    if holder is None:
+        return db.run(
+            "INSERT INTO waypoint_ledger (checkpoint_id, version, call_id, result, created_at, incarnation) "
+            f"VALUES (:c, :v, :k, :r, {now}, :i) ON CONFLICT DO NOTHING", params) == 1
+    params["o"] = holder
+    _lock_run(db, checkpoint_id)  # a delete of the run cannot slip between the check and the insert
+    held = _HELD.format(now=now)
+    if db.run("INSERT INTO waypoint_ledger (checkpoint_id, version, call_id, result, created_at, incarnation) "
+              f"SELECT :c, :v, :k, :r, {now}, :i WHERE {held} ON CONFLICT DO NOTHING", params) == 1:
+        return True
+    (still,), = db.rows(f"SELECT CASE WHEN {held} THEN 1 ELSE 0 END", params)
+    if not still:
+        raise LeaseLost(lost_message(checkpoint_id, False) + f" (ledger entry {call_id[-80:]!r} was not recorded)",
+                        checkpoint_id=checkpoint_id)
+    return False
+
+
+def recorded_calls(db: DB, checkpoint_id: str, version: int, incarnation: float | None = None) -> dict[str, bytes]:
+    sql = "SELECT call_id, result FROM waypoint_ledger WHERE checkpoint_id = :c AND version = :v"
+    if incarnation is not None:  # entries written before they were bound (NULL) are read as before
+        sql += " AND (incarnation = :i OR incarnation IS NULL)"
+    rows = db.rows(sql, {"c": checkpoint_id, "v": version, "i": incarnation})
     where = version_label(checkpoint_id, version)
     calls = {}
     for call_id, result in rows:
@@ -431,9 +470,14 @@ def list_runs(db: DB, status: str | None, limit: int, before: Any) -> list[Check
     return [_meta(r) for r in db.rows(sql, params)]
 
 
-def delete(db: DB, checkpoint_id: str) -> bool:
+def delete(db: DB, checkpoint_id: str, force: bool = True) -> bool:
     params: dict[str, Any] = {"c": checkpoint_id}
     _lock_run(db, checkpoint_id)
+    if not force:
+        check_idle(checkpoint_id, db.rows(
+            f"SELECT lease_owner, lease_expires - {now_sql(db)} FROM waypoint_checkpoints WHERE checkpoint_id = :c "
+            "AND status = 'running' AND version = (SELECT MAX(version) FROM waypoint_checkpoints WHERE "
+            "checkpoint_id = :c)", params))
     announce = _announce(db, params, 0, "deleted", checkpoint_id, always=True)
     if announce:
         db.rows(f"SELECT 1{announce}", params)
@@ -502,23 +546,35 @@ class SQLStoreMethods:
     async def get(self, checkpoint_id: str, version: int | None = None) -> Checkpoint | None:
         return await self._call(get, checkpoint_id, version)
 
+    async def _renewals_call(self, fn: Callable[..., T], *args: Any) -> T:
+        """`_call` for lease renewals: a store with a connection kept for them alone uses it (guarantee 12)."""
+        return await self._call(fn, *args, write=True)
+
     async def put(self, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], blobs: Sequence[Blob],
-                  *, expected_version: int | None) -> None:
-        await self._call(put, meta, header, parts, blobs, expected_version, write=True)
+                  *, expected_version: int | None, holder: str | None = None, takeover: bool = False) -> None:
+        await self._call(put, meta, header, parts, blobs, expected_version, holder, takeover, write=True)
         if self.expiry.due():
             await self.expire()
 
     async def renew_lease(self, checkpoint_id: str, version: int, owner: str, seconds: float) -> bool:
         return await self._call(renew_lease, checkpoint_id, version, owner, seconds, write=True)
 
+    async def renew_leases(self, leases: Sequence[tuple[str, int, str, float]]) -> list[bool]:
+        return await self._renewals_call(renew_leases, list(leases))
+
+    async def reserve_renewals(self) -> None:
+        """Take up front what renewals from the calling loop need (nothing here: see guarantee 12)."""
+
     async def clock(self) -> float:
         return await self._call(clock)
 
-    async def record_call(self, checkpoint_id: str, version: int, call_id: str, result: bytes) -> bool:
-        return await self._call(record_call, checkpoint_id, version, call_id, result, write=True)
+    async def record_call(self, checkpoint_id: str, version: int, call_id: str, result: bytes, *,
+                          holder: str | None = None, incarnation: float | None = None) -> bool:
+        return await self._call(record_call, checkpoint_id, version, call_id, result, holder, incarnation, write=True)
 
-    async def recorded_calls(self, checkpoint_id: str, version: int) -> dict[str, bytes]:
-        return await self._call(recorded_calls, checkpoint_id, version)
+    async def recorded_calls(self, checkpoint_id: str, version: int, *,
+                             incarnation: float | None = None) -> dict[str, bytes]:
+        return await self._call(recorded_calls, checkpoint_id, version, incarnation)
 
     async def history(self, checkpoint_id: str, *, limit: int | None = None) -> list[CheckpointMeta]:
         return await self._call(history, checkpoint_id, limit)
@@ -527,8 +583,8 @@ class SQLStoreMethods:
                    before: float | CheckpointMeta | None = None) -> list[CheckpointMeta]:
         return await self._call(list_runs, status, limit, before)
 
-    async def delete(self, checkpoint_id: str) -> bool:
-        return await self._call(delete, checkpoint_id, write=True)
+    async def delete(self, checkpoint_id: str, *, force: bool = True) -> bool:
+        return await self._call(delete, checkpoint_id, force, write=True)
 
     async def prune(self, checkpoint_id: str, *, keep_last: int = 1) -> int:
         return await self._call(prune, checkpoint_id, keep_last, write=True)

@@ -9,17 +9,21 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
+from waypoint.engine.errors import LeaseLost
 from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, MissingBlobs, RunStatus, version_label
 
 from ._common import (
     LEDGER_NEEDED,
     Expiry,
     chain_from,
+    check_holder,
+    check_idle,
     check_limit,
     check_newest,
     check_put,
     check_status,
     cursor,
+    lost_message,
     needed_blobs,
     reachable,
 )
@@ -34,7 +38,7 @@ class MemoryStore:
         self.expiry = Expiry(ttl)
         self._versions: dict[str, dict[int, tuple[CheckpointMeta, bytes, dict[str, str]]]] = {}
         self._blobs: dict[str, dict[str, Blob]] = {}
-        self._ledger: dict[tuple[str, int], dict[str, bytes]] = {}
+        self._ledger: dict[tuple[str, int], dict[str, tuple[float | None, bytes]]] = {}  # -> (incarnation, result)
 
     async def get(self, checkpoint_id: str, version: int | None = None) -> Checkpoint | None:
         versions = self._versions.get(checkpoint_id)
@@ -59,13 +63,17 @@ class MemoryStore:
         blobs: Sequence[Blob],
         *,
         expected_version: int | None,
+        holder: str | None = None,
+        takeover: bool = False,
     ) -> None:
         check_put(meta, expected_version)
         cid = meta.checkpoint_id
         versions = self._versions.get(cid) or {}
         newest = _newest(versions) if versions else None
-        check_newest(cid, newest, expected_version, versions[newest][0].created_at if newest is not None else None,
-                     meta.created_at)
+        head = versions[newest][0] if newest is not None else None
+        check_newest(cid, newest, expected_version, head.created_at if head is not None else None, meta.created_at)
+        check_holder(cid, head and head.status, head and head.lease_owner, head is not None and _live(head), holder,
+                     takeover)
         stored = self._blobs.get(cid, {})
         missing = {h for h in needed_blobs(parts, blobs) if h not in stored}
         if missing:
@@ -91,19 +99,35 @@ class MemoryStore:
         versions[version] = (_replace(meta, lease_expires=now + seconds), header, parts)
         return True
 
+    async def renew_leases(self, leases: Sequence[tuple[str, int, str, float]]) -> list[bool]:
+        return [await self.renew_lease(*lease) for lease in leases]
+
+    async def reserve_renewals(self) -> None:
+        """Nothing to take up front: renewals need no connection."""
+
     async def clock(self) -> float:
         """This host's clock: a memory store lives in one process."""
         return time.time()
 
-    async def record_call(self, checkpoint_id: str, version: int, call_id: str, result: bytes) -> bool:
+    async def record_call(self, checkpoint_id: str, version: int, call_id: str, result: bytes, *,
+                          holder: str | None = None, incarnation: float | None = None) -> bool:
+        if holder is not None:
+            versions = self._versions.get(checkpoint_id) or {}
+            head = versions[_newest(versions)][0] if versions else None
+            if head is None or head.status != "running" or head.lease_owner != holder or not _live(head) or (
+                    head.created_at != incarnation):
+                raise LeaseLost(lost_message(checkpoint_id, False) + f" (ledger entry {call_id[-80:]!r} was not "
+                                "recorded)", checkpoint_id=checkpoint_id)
         calls = self._ledger.setdefault((checkpoint_id, version), {})
         if call_id in calls:
             return False
-        calls[call_id] = bytes(result)
+        calls[call_id] = (incarnation, bytes(result))
         return True
 
-    async def recorded_calls(self, checkpoint_id: str, version: int) -> dict[str, bytes]:
-        return dict(self._ledger.get((checkpoint_id, version), {}))
+    async def recorded_calls(self, checkpoint_id: str, version: int, *,
+                             incarnation: float | None = None) -> dict[str, bytes]:
+        return {k: data for k, (written, data) in self._ledger.get((checkpoint_id, version), {}).items()
+                if incarnation is None or written is None or written == incarnation}
 
     async def history(self, checkpoint_id: str, *, limit: int | None = None) -> list[CheckpointMeta]:
         check_limit(limit, f"history('{checkpoint_id}')")
@@ -123,7 +147,12 @@ class MemoryStore:
         rows.sort(key=lambda m: (m.updated_at, m.checkpoint_id), reverse=True)
         return rows[:limit]
 
-    async def delete(self, checkpoint_id: str) -> bool:
+    async def delete(self, checkpoint_id: str, *, force: bool = True) -> bool:
+        versions = self._versions.get(checkpoint_id)
+        if not force and versions:
+            head = versions[_newest(versions)][0]
+            if head.status == "running" and head.lease_expires is not None:
+                check_idle(checkpoint_id, [(head.lease_owner, head.lease_expires - time.time())])
         existed = self._versions.pop(checkpoint_id, None) is not None
         self._blobs.pop(checkpoint_id, None)
         for key in [k for k in self._ledger if k[0] == checkpoint_id]:
@@ -164,6 +193,10 @@ class MemoryStore:
 def _newest(versions: dict[int, object]) -> int:
     """The highest version: versions are only ever added in increasing order, so it is the last key."""
     return next(reversed(versions))
+
+
+def _live(meta: CheckpointMeta) -> bool:
+    return meta.lease_expires is not None and meta.lease_expires > time.time()
 
 
 def _replace(meta: CheckpointMeta, **changes) -> CheckpointMeta:

@@ -102,8 +102,8 @@ class RunQueue:
         payload = self.serializer.dumps(input, root="input")
         name = _graph_name(graph)
         kind = "start-over" if force_new_run else "start"
-        workers = await self.store._call(_queue_sql.enqueue, checkpoint_id, name, kind, payload, time.time(),
-                                         expected_version, write=True)
+        workers = await self.store._call(_queue_sql.enqueue, checkpoint_id, name, kind, payload, expected_version,
+                                         write=True)
         return _said(checkpoint_id, name, workers)
 
     async def resume(self, checkpoint_id: str, answers: Any = None, *, expected_version: int | None = None,
@@ -120,7 +120,7 @@ class RunQueue:
         _check_id(checkpoint_id)
         payload = self.serializer.dumps(answers, root="answers")
         name = _graph_name(graph) if graph is not None else None
-        workers = await self.store._call(_queue_sql.enqueue, checkpoint_id, name, "resume", payload, time.time(),
+        workers = await self.store._call(_queue_sql.enqueue, checkpoint_id, name, "resume", payload,
                                          expected_version, write=True)
         return _said(checkpoint_id, name, workers)
 
@@ -179,10 +179,11 @@ class RunQueue:
     async def _finish(self, checkpoint_id: str, token: str, outcome: str, error: str | None, result: bytes | None,
                       version: int | None = None) -> bool:
         return await self.store._call(_queue_sql.finish, checkpoint_id, token, outcome, error, result, version,
-                                      time.time(), write=True)
+                                      write=True)
 
-    async def _release(self, checkpoint_id: str, token: str, *, delay: float = 0.0, counts: bool = False) -> bool:
-        return await self.store._call(_queue_sql.release, checkpoint_id, token, delay, counts, write=True)
+    async def _release(self, checkpoint_id: str, token: str, *, delay: float = 0.0, counts: bool = False,
+                       why: str | None = None) -> bool:
+        return await self.store._call(_queue_sql.release, checkpoint_id, token, delay, counts, why, write=True)
 
     async def _present(self, worker: str, graphs: list[str], hold: float) -> None:
         await self.store._call(_queue_sql.present, worker, graphs, hold, write=True)

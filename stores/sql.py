@@ -13,20 +13,28 @@ per loop that uses it, created on that loop's first call. A loop that shuts down
 `asyncio.run` / `asyncio.Runner` disposes its engine itself (a small async generator parked on the
 loop is closed by `shutdown_asyncgens()`, and closing it disposes the pool while the loop still runs);
 `close()` disposes the calling loop's engine and lets go of the others.
+
+**Renewals have a connection of their own** (engine/store.py, guarantee 12): `renew_leases` runs on an engine
+of one connection, kept open (`reserve_renewals()` takes it up front; checked before each use, so a
+connection the server dropped is opened again), never on the work's pool — a process whose runs hold every
+pooled connection still renews their leases, and a process that cannot get that connection claims no run.
+A connection the database refuses because it has none to spare ("too many clients", or starting up) is waited
+for, up to `connect_wait` seconds, before the operation fails with `StoreUnavailable`: nothing was sent yet, and
+the work's own pool gives one back soon.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from waypoint.engine.errors import WaypointError
 
 from . import _sql
-from ._common import Expiry, passing, unavailable
+from ._common import Expiry, no_spare_connection, passing, unavailable
 
 __all__ = ["SQLStore"]
 
@@ -115,13 +123,43 @@ class _Listening:
             pass
 
 
-async def _dispose_at_shutdown(store: SQLStore, loop: Any, engine: Any) -> AsyncIterator[None]:
-    """Parked on `loop` once started: `shutdown_asyncgens()` closes it, which disposes `engine`."""
+async def _dispose_at_shutdown(store: SQLStore, key: Any, engine: Any) -> AsyncIterator[None]:
+    """Parked on the loop `key[0]` once started: `shutdown_asyncgens()` closes it, which disposes `engine`."""
     try:
         yield
     finally:
-        store._forget(loop, engine)
+        store._forget(key, engine)
         await engine.dispose()
+
+
+_RENEWALS = {"pool_size": 1, "max_overflow": 0, "pool_pre_ping": True, "pool_timeout": 5.0}
+"""The engine lease renewals run on: one connection, kept open, checked before each use."""
+
+
+@contextlib.asynccontextmanager
+async def _begin(engine: Any, wait: float) -> AsyncIterator[Any]:
+    """`engine.begin()`, its connection asked for by `_connect`."""
+    conn = await _connect(engine, wait)
+    try:
+        async with conn.begin():
+            yield conn
+    finally:
+        await conn.__aexit__(None, None, None)  # closes it even when this task is being cancelled
+
+
+async def _connect(engine: Any, wait: float) -> Any:
+    """A connection of `engine`'s pool; one the database refuses for want of a spare connection is asked for
+    again, with a backoff, for up to `wait` seconds (nothing was sent: trying again is safe)."""
+    waited, delay = 0.0, 0.02
+    while True:
+        try:
+            return await engine.connect()
+        except Exception as err:
+            if waited >= wait or not no_spare_connection(err):
+                raise
+        await asyncio.sleep(delay)
+        waited += delay
+        delay = min(delay * 2, 0.5)
 
 
 class SQLStore(_sql.SQLStoreMethods):
@@ -131,7 +169,7 @@ class SQLStore(_sql.SQLStoreMethods):
     `max_overflow=`; SQLAlchemy's defaults are 5 and 10 connections per loop).
     """
 
-    def __init__(self, url: str, *, busy_timeout: float = 30.0, ttl: float | None = None,
+    def __init__(self, url: str, *, busy_timeout: float = 30.0, ttl: float | None = None, connect_wait: float = 10.0,
                  **engine_options: Any) -> None:
         from sqlalchemy import text
         from sqlalchemy.engine import make_url
@@ -139,6 +177,7 @@ class SQLStore(_sql.SQLStoreMethods):
         self.url = url
         self.expiry = Expiry(ttl)
         self.busy_timeout = busy_timeout
+        self.connect_wait = connect_wait
         self._text = _text_cache(text)
         self._options = engine_options
         parsed = make_url(url)
@@ -147,7 +186,7 @@ class SQLStore(_sql.SQLStoreMethods):
         if self.dialect not in _sql._BINARY:
             raise ValueError(f"SQLStore supports sqlite and postgresql URLs, not {self.dialect!r} ({url})")
         self._lock = threading.Lock()
-        self._engines: dict[Any, tuple[Any, Any]] = {}  # loop -> (engine, its parked closer)
+        self._engines: dict[tuple[Any, str], tuple[Any, Any]] = {}  # (loop, "work" | "renewals") -> (engine, closer)
         self._migrated = False
 
     def __repr__(self) -> str:
@@ -155,11 +194,12 @@ class SQLStore(_sql.SQLStoreMethods):
 
     # --- one engine per event loop ----------------------------------------------------------------------
 
-    def _create_engine(self) -> Any:
+    def _create_engine(self, kind: str = "work") -> Any:
         from sqlalchemy import event
         from sqlalchemy.ext.asyncio import create_async_engine
 
-        engine = create_async_engine(self.url, **self._options)
+        options = self._options if kind == "work" else {**self._options, **_RENEWALS}
+        engine = create_async_engine(self.url, **options)
         if self.dialect == "sqlite":
             sync_engine = engine.sync_engine
             busy_ms = int(self.busy_timeout * 1000)
@@ -179,25 +219,25 @@ class SQLStore(_sql.SQLStoreMethods):
 
         return engine
 
-    async def _engine(self) -> Any:
-        """This loop's engine, created (and its disposal at loop shutdown arranged) on first use."""
+    async def _engine(self, kind: str = "work") -> Any:
+        """This loop's engine of `kind`, created (and its disposal at loop shutdown arranged) on first use."""
         loop = asyncio.get_running_loop()
-        found = self._engines.get(loop)
+        found = self._engines.get((loop, kind))
         if found is not None:
             return found[0]
-        engine = self._create_engine()
-        closer = _dispose_at_shutdown(self, loop, engine)
+        engine = self._create_engine(kind)
+        closer = _dispose_at_shutdown(self, (loop, kind), engine)
         with self._lock:
-            for old in [lp for lp in self._engines if lp.is_closed()]:  # loops closed without shutdown_asyncgens
+            for old in [key for key in self._engines if key[0].is_closed()]:  # closed without shutdown_asyncgens
                 self._engines.pop(old)[0].sync_engine.dispose(close=False)
-            self._engines[loop] = (engine, closer)
+            self._engines[(loop, kind)] = (engine, closer)
         await closer.__anext__()  # parks it on this loop (the loop keeps only a weak reference: we keep it)
         return engine
 
-    def _forget(self, loop: Any, engine: Any) -> None:
+    def _forget(self, key: Any, engine: Any) -> None:
         with self._lock:
-            if self._engines.get(loop, (None,))[0] is engine:
-                del self._engines[loop]
+            if self._engines.get(key, (None,))[0] is engine:
+                del self._engines[key]
 
     async def _call(self, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
         """`fn(db, *args)` in one transaction; a database error that may pass is `StoreUnavailable`."""
@@ -210,22 +250,40 @@ class SQLStore(_sql.SQLStoreMethods):
                 raise unavailable(self._label, err) from err
             raise
 
-    async def _transaction(self, fn: Callable[..., T], args: tuple) -> T:
+    async def _renewals_call(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(db, *args)` on the connection kept for lease renewals (module docstring), never waited for."""
+        try:
+            return await self._transaction(fn, args, "renewals")
+        except WaypointError:
+            raise
+        except Exception as err:
+            if passing(err):
+                raise unavailable(self._label, err) from err
+            raise
+
+    async def reserve_renewals(self) -> None:
+        """Open the calling loop's connection for lease renewals now, if it is not open (module docstring)."""
+        try:
+            engine = await self._engine("renewals")
+            async with engine.connect():
+                pass  # back into its pool of one, where it stays open
+        except WaypointError:
+            raise
+        except Exception as err:
+            if passing(err):
+                raise unavailable(self._label, err) from err
+            raise
+
+    async def _transaction(self, fn: Callable[..., T], args: tuple, kind: str = "work") -> T:
         text, dialect = self._text, self.dialect
-        engine = await self._engine()
+        engine = await self._engine(kind)
+        wait = self.connect_wait if kind == "work" else 0.0
         if not self._migrated:  # its own transaction: an operation that fails must not roll the schema back
-            async with engine.begin() as conn:
+            async with _begin(engine, wait) as conn:
                 await conn.run_sync(lambda sync: _sql.migrate(_Conn(sync, text, dialect), dialect))
             self._migrated = True
-        async with engine.begin() as conn:
+        async with _begin(engine, wait) as conn:
             return await conn.run_sync(lambda sync: fn(_Conn(sync, text, dialect), *args))
-
-    async def clock(self) -> float:
-        """The store's clock: the database server's on Postgres (machines' clocks may disagree; the
-        server's is the one every process reads), the host's on SQLite."""
-        if self.dialect == "postgresql":
-            return await self._call(_sql.clock)
-        return time.time()
 
     async def listen_runs(self, callback: Callable[[str | None, int, str], None]) -> _Listening | None:
         """Postgres: call `callback(checkpoint_id, version, status)` (on this loop) for every transition any
@@ -282,7 +340,7 @@ class SQLStore(_sql.SQLStoreMethods):
             loop = None
         with self._lock:
             engines, self._engines = self._engines, {}
-        for owner, (engine, _closer) in engines.items():
+        for (owner, _kind), (engine, _closer) in engines.items():
             if owner is loop:
                 await engine.dispose()
                 continue

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -100,10 +99,6 @@ class SQLiteStore(_sql.SQLStoreMethods):
             if _is_busy(err):  # another process held the write lock past the busy timeout
                 raise unavailable(repr(self), err) from err
             raise
-
-    async def clock(self) -> float:
-        """This host's clock: every process that can open the file runs on this host and reads the same."""
-        return time.time()
 
     def _worker(self) -> ThreadPoolExecutor:
         with self._lock:

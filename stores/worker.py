@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import socket
 import time
 import uuid
@@ -54,7 +55,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from waypoint.engine.errors import (CheckpointConflict, CheckpointNotFound, GraphInterrupted, GraphMismatch,
-                                   StoreUnavailable)
+                                   LeaseLost, StoreUnavailable)
+from waypoint.engine.lease import forget as forget_renewals
+from waypoint.engine.lease import lost as lost_lease
+from waypoint.engine.lease import reserve as reserve_renewals
 from waypoint.engine.recovery import give_up, recover
 
 from .queue import QueueError, RunQueue
@@ -69,6 +73,8 @@ _FOREIGN_SECONDS = 60.0
 """How long a worker leaves alone a run written by another version of its graph (then it looks once more:
 the run may have been deleted and started again by this version)."""
 _FOREIGN_MAX = 500
+_RESERVE_SECONDS = 10.0
+"""How long a worker waits for its connection for lease renewals before it says so and tries again later."""
 _NOTES: set[asyncio.Task] = set()
 
 
@@ -149,6 +155,8 @@ class Worker:
         """Runs written by another version of a graph of this worker's, and until when (monotonic) they are
         left to the workers that serve that version."""
         self._wake: asyncio.Event | None = None
+        self._let_go: set[str] = set()
+        """Tokens of claims handed back while their work task still runs (its run's lease was lost)."""
         self._stopping = False
         self._cancel_now = False
         self.finished = 0
@@ -180,10 +188,14 @@ class Worker:
         try:
             while not self._stopping:
                 wake.clear()
-                if self.queue._notifies and (listening is None or not listening.alive()):
-                    listening = await self._listen(listening, wake, listens)
                 free = self.concurrency - len(self._tasks)
-                claimed = await self._claim(free, claims) if free > 0 else []
+                claimed: list[tuple] = []
+                if free > 0 and await self._ready(claims):  # renewals first: no run is taken that could not be kept
+                    if self.queue._notifies and (listening is None or not listening.alive()):
+                        listening = await self._listen(listening, wake, listens)
+                    claimed = await self._claim(free, claims)
+                if claims.failing and not self._tasks:  # the database refuses us: give back what we hold, for others
+                    listening = await self._give_back(listening)
                 for row in claimed:
                     self._start(_Item(*row))
                 if len(claimed) < free or free <= 0:
@@ -211,11 +223,40 @@ class Worker:
         try:
             listening = await self.queue._listen(wake.set)
         except Exception as err:  # noqa: BLE001 - the database may come back; claims are polled meanwhile
-            log.warning("worker %s: cannot listen for new work (%s: %s); trying again in %.1f s", self.name,
-                        type(err).__name__, err, backoff.fail())
+            delay = backoff.fail()
+            if backoff.say():
+                log.warning("worker %s: cannot listen for new work (%s: %s); trying again in %.1f s (said again "
+                            "every %.0f s while it lasts)", self.name, type(err).__name__, err, delay, _SAY_EVERY)
             return None
         backoff.ok()
         return listening
+
+    async def _ready(self, backoff: _Backoff) -> bool:
+        """Whether this process can renew the leases of what it would claim: the store's connection for renewals
+        is held (taken now if need be). False — said, and tried again after a backoff — when the database refuses
+        it: a worker that could not keep a run's lease must not take the run."""
+        try:
+            await asyncio.wait_for(reserve_renewals(self.store), _RESERVE_SECONDS)
+        except Exception as err:  # noqa: BLE001 - the database may come back or free a connection: look again soon
+            delay = backoff.fail()
+            if backoff.say():
+                log.warning("worker %s: claiming work failed: it has no connection for lease renewals (%s: %s), and "
+                            "a run it could not keep it must not take; trying again in %.1f s (said again every "
+                            "%.0f s while it lasts)", self.name, type(err).__name__, err, delay, _SAY_EVERY)
+            return False
+        return True
+
+    async def _give_back(self, listening: Any) -> None:
+        """Idle and refused by the database: close every connection this worker holds (its LISTEN, its pools, the
+        one for renewals), so that a fleet short of connections gives them to a worker that can work."""
+        if listening is not None:
+            await listening.close()
+        forget_renewals(self.store)
+        try:
+            await self.store.close()
+        except Exception as err:  # noqa: BLE001 - closing what may already be gone
+            log.warning("worker %s: closing its idle connections failed (%s)", self.name, err)
+        return None
 
     async def _claim(self, free: int, backoff: _Backoff) -> list[tuple]:
         try:
@@ -223,8 +264,9 @@ class Worker:
                                               self._skipped())
         except Exception as err:  # noqa: BLE001 - the database may come back; look again soon
             delay = backoff.fail()
-            log.warning("worker %s: claiming work failed (%s: %s); trying again in %.1f s", self.name,
-                        type(err).__name__, err, delay)
+            if backoff.say():
+                log.warning("worker %s: claiming work failed (%s: %s); trying again in %.1f s (said again every "
+                            "%.0f s while it lasts)", self.name, type(err).__name__, err, delay, _SAY_EVERY)
             return []
         backoff.ok()
         return claimed
@@ -241,16 +283,26 @@ class Worker:
         task.add_done_callback(self._ended)
 
     def _ended(self, task: asyncio.Task) -> None:
-        self._tasks.pop(task, None)
+        item = self._tasks.pop(task, None)
+        if item is not None:
+            self._let_go.discard(item.token)
         if self._wake is not None:
             self._wake.set()
 
     async def _keep_claims(self) -> None:
-        """Renew the claims of the work in flight — only those — and say which graphs this worker serves."""
+        """Renew the claims of the work in flight — only those whose run this process still holds — and say which
+        graphs this worker serves. A claim whose run's lease this process lost (refused, or run out) is handed
+        back at once, even while its task is still inside a node: the run goes on elsewhere (or already ended),
+        and whoever claims the work next plans from where the run is."""
         while True:
             try:
                 await self.queue._present(self.name, sorted(self.graphs), self.lease_seconds)
-                tokens = [item.token for item in self._tasks.values()]
+                for task, item in list(self._tasks.items()):
+                    why = lost_lease(task)
+                    if why is not None and item.token not in self._let_go:
+                        self._let_go.add(item.token)
+                        await self._hand_back(item, 0.0, why, counts=True)
+                tokens = [item.token for item in self._tasks.values() if item.token not in self._let_go]
                 if tokens:
                     await self.queue._renew(tokens, self.lease_seconds)
             except Exception as err:  # noqa: BLE001 - the runs' own leases still protect them
@@ -297,10 +349,14 @@ class Worker:
     async def _settle(self, item: _Item, seen: _Progress) -> None:
         cid = item.checkpoint_id
         if item.stalls > self.max_attempts:
-            error = (f"run '{cid}': gave up after {self.max_attempts} attempts in a row without progress (each "
-                     "worker that took this work died or lost its claim before recording an outcome, and none "
-                     "moved the run on); look at the run's history, fix the cause, and queue it again "
-                     f"(queue.resume({cid!r}) continues it)")
+            last = await self.queue.status(cid)  # the row keeps why the last claim was handed back, if it said
+            why = last.error if last is not None else None
+            cause = (f"the last one was handed back because: {why}" if why else
+                     "each worker that took this work stopped (killed, crashed or cut off) before recording an "
+                     "outcome")
+            error = (f"run '{cid}': gave up after {self.max_attempts} attempts in a row without progress (none moved "
+                     f"the run on past its claim; {cause}); look at the run's history, fix the cause, and queue it "
+                     f"again (queue.resume({cid!r}) continues it)")
             await self._record(item, "error", error, None, None)
             await self._give_up_run(item, error)
             return
@@ -309,6 +365,9 @@ class Worker:
         except StoreUnavailable as err:  # the database, not the run: back in the queue after a backoff
             delay = min(_BACKOFF[0] * 2 ** item.handbacks, _BACKOFF[1])
             await self._hand_back(item, delay, str(err))
+            return
+        except LeaseLost as err:  # this worker lost the run it was running: an attempt that did not end well
+            await self._hand_back(item, 0.0, str(err), counts=True)
             return
         except CheckpointConflict as err:  # another process holds the run: taken again once it lets go
             await self._hand_back(item, 0.0, str(err))
@@ -414,9 +473,10 @@ class Worker:
 
     async def _hand_back(self, item: _Item, delay: float, why: str, *, counts: bool = False) -> None:
         """Queue the work again for any worker after `delay` seconds; `counts`: as a failed attempt."""
-        log.info("worker %s: handing run '%s' back to the queue: %s", self.name, item.checkpoint_id, why)
+        log.log(logging.WARNING if counts else logging.INFO, "worker %s: handing run '%s' back to the queue: %s",
+                self.name, item.checkpoint_id, why)
         await self._persist(f"handing run '{item.checkpoint_id}' back", lambda: self.queue._release(
-            item.checkpoint_id, item.token, delay=delay, counts=counts))
+            item.checkpoint_id, item.token, delay=delay, counts=counts, why=why))
 
     async def _persist(self, what: str, write: Any) -> Any:
         """`write()`, tried again on `StoreUnavailable` while this worker's claim may still hold (its claims
@@ -443,23 +503,41 @@ class Worker:
 
 
 class _Backoff:
-    """Delays that double from 0.1 s up to `most` while something keeps failing."""
+    """Delays that double from 0.1 s up to `most` while something keeps failing, each with ±25 % jitter (workers
+    refused together do not come back together). `say()`: whether to log this failure — the first of a streak,
+    then once every `_SAY_EVERY` seconds while it lasts."""
 
     def __init__(self, most: float) -> None:
         self.most = max(most, 0.1)
         self.delay = 0.1
         self.failing = False
         self.waited = 0.0
+        self._said = -_SAY_EVERY
 
     def fail(self) -> float:
+        first = not self.failing
         if self.failing:
             self.delay = min(self.delay * 2, self.most)
         self.failing = True
-        self.waited += self.delay
-        return self.delay
+        delay = self.delay * random.uniform(0.75, 1.25)
+        self.waited += delay
+        if first:
+            self._said = -_SAY_EVERY
+        return delay
+
+    def say(self) -> bool:
+        now = time.monotonic()
+        if now - self._said >= _SAY_EVERY:
+            self._said = now
+            return True
+        return False
 
     def ok(self) -> None:
         self.delay, self.failing, self.waited = 0.1, False, 0.0
+
+
+_SAY_EVERY = 30.0
+"""Seconds between log lines about a failure that goes on (the first one is said at once)."""
 
 
 def _plan(item: _Item, value: Any, snap: Any) -> Any:

@@ -56,9 +56,9 @@ class CountingStore(MemoryStore):
         super().__init__()
         self.writes: list[int] = []
 
-    async def put(self, meta, header, parts, blobs, *, expected_version):
+    async def put(self, meta, header, parts, blobs, *, expected_version, **fence):
         self.writes.append(len(header) + sum(len(b.data) for b in blobs))
-        await super().put(meta, header, parts, blobs, expected_version=expected_version)
+        await super().put(meta, header, parts, blobs, expected_version=expected_version, **fence)
 
 
 async def test_step_durability_records_every_step_with_status_and_output(tmp_path):
@@ -266,9 +266,9 @@ async def test_a_conversation_of_messages_is_stored_by_appending_and_edits_still
     mutable = edit.startswith("change")
 
     class Measuring(SQLiteStore):
-        async def put(self, meta, header, parts, blobs, *, expected_version):
+        async def put(self, meta, header, parts, blobs, *, expected_version, **fence):
             written.append(sum(len(b.data) for b in blobs))
-            await super().put(meta, header, parts, blobs, expected_version=expected_version)
+            await super().put(meta, header, parts, blobs, expected_version=expected_version, **fence)
 
     def grow(n, state):
         item = {"mutable": ["a"]} if mutable and n == 0 else Message.user(f"{n:04d}" + "x" * 400)

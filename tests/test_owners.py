@@ -48,7 +48,6 @@ async def test_a_takeover_of_a_run_this_process_is_executing_is_refused():
 
 
 async def test_a_lease_of_this_process_that_it_no_longer_executes_is_named_as_this_process_not_a_gone_one():
-    import time
 
     from waypoint.engine.checkpoint import Checkpointer
 
@@ -62,7 +61,7 @@ async def test_a_lease_of_this_process_that_it_no_longer_executes_is_named_as_th
     await app.ainvoke(1, checkpoint_id="p")
     loaded = await cp.load(1)  # the claim: this process's own lease, left as if its run had stopped there
     cp.version = 2
-    await cp.save(loaded.position, "running", lease=(f"{HOST}:{os.getpid()}:x", time.time() + 30))
+    await cp.save(loaded.position, "running", lease=(f"{HOST}:{os.getpid()}:x", 30.0))
     with pytest.raises(CheckpointConflict) as err:
         await app.ainvoke(None, checkpoint_id="p")
     assert "this very process, which no longer executes it" in str(err.value) and "gone" not in str(err.value) and "takeover=True" in str(err.value)

@@ -690,8 +690,9 @@ async def test_a_database_error_is_handed_back_never_recorded_as_the_runs_outcom
 
 
 async def test_work_whose_workers_die_while_its_run_moves_on_is_not_given_up(qstore):
-    """Three workers in a row took the work, each moved the run on (wrote a version) and died — preempted, say.
-    With max_attempts=2 the next worker still runs it: only claims in a row without progress count."""
+    """Three workers in a row took the work, each moved the run on (its claim of the run, then a step) and died —
+    preempted, say. With max_attempts=2 the next worker still runs it: only claims in a row without progress
+    count (an attempt's claim alone is no progress: tests/test_worker_faults.py)."""
     from waypoint.engine.checkpoint import Checkpointer
     from waypoint.engine.position import RunPosition
 
@@ -700,10 +701,13 @@ async def test_work_whose_workers_die_while_its_run_moves_on_is_not_given_up(qst
     queue = RunQueue(qstore)
     await queue.submit(app, "p", "run-p")
     ghost = Checkpointer(store=qstore, serializer=app.get_serializer(), checkpoint_id="run-p",
-                         graph_structure=app.structure, owner="elsewhere:1:ghost", lease_seconds=0.05)
+                         graph_structure=app.structure, owner="elsewhere:1:ghost", lease_seconds=30.0)
     for _ in range(3):
         assert len(await queue._claim("ghost", ["ask"], 5, 0.05)) == 1
-        await ghost.save(RunPosition(pending={"prepare": "p"}, ledger=1, lineage="ghost"), "running")
+        ghost.holding = False  # each ghost takes the run anew: its claim, then a step, then it dies
+        for _step in range(2):
+            await ghost.save(RunPosition(pending={"prepare": "p"}, ledger=1, lineage="ghost"), "running")
+        assert await qstore.renew_lease("run-p", ghost.version, ghost.owner, 0.0)  # dead: its lease ended
         await asyncio.sleep(0.1)
     worker = Worker(qstore, [app], poll=0.05, max_attempts=2, recover=False)
     task = await running(worker)
@@ -774,3 +778,65 @@ async def test_submit_refuses_a_checkpoint_id_no_store_could_keep(qstore):
         with pytest.raises(QueueError, match="at most 512 characters"):
             await queue.submit("g", 1, bad)
     await queue.submit("g", 1, "x" * 512)  # the longest that is kept
+
+
+async def test_a_claim_whose_run_lease_was_lost_is_handed_back_though_its_task_is_still_inside_a_node(qstore, tmp_path):
+    """Worker 1 (one slot) runs a run whose renewals stop getting through while it waits inside a node: the lease
+    runs out, and another process continues the run directly and completes it. Worker 1's task is still inside
+    the node — but it hands its claim back as soon as it knows the lease is lost, so worker 2 records the work
+    done from the completed run at once: `wait()` does not block until the node returns (it used to, for as long
+    as the node ran, while worker 1 kept renewing the claim of a run it had lost)."""
+    from waypoint.engine import CheckpointConflict, StoreUnavailable
+
+    cut_off = asyncio.Event()
+
+    class CutOff(type(qstore)):  # worker 1's connection for renewals stops getting through
+        async def renew_leases(self, leases):
+            if cut_off.is_set():
+                raise StoreUnavailable("renewals cannot reach the database")
+            return await super().renew_leases(leases)
+
+    def opened(kind):
+        return kind(tmp_path / "queue.db") if isinstance(qstore, SQLiteStore) else kind(qstore.url)
+
+    mine, other = opened(CutOff), opened(type(qstore))
+    gate, entered = asyncio.Event(), []
+
+    async def work(x):
+        entered.append(x)
+        if len(entered) == 1:  # worker 1's attempt stays inside the node until the gate opens
+            await gate.wait()
+        return f"{x} done"
+
+    def graph(store):
+        g = Graph(name="held")
+        g.add_node("work", work)
+        g.add_edge(START, "work")
+        g.add_edge("work", END)
+        return g.compile(store=store, lease_seconds=0.6)
+
+    first = Worker(mine, [graph(mine)], poll=0.05, concurrency=1, recover=False)
+    second = Worker(other, [graph(other)], poll=0.05, recover=False)
+    tasks = [await running(first)]
+    try:
+        await RunQueue(mine).submit("held", "x", "held-1")
+        await until(lambda: entered)
+        cut_off.set()  # worker 1's lease runs out 0.6 s after its last renewal
+        direct = graph(other)
+        while True:  # another process continues the run once its lease ran out on the store's clock
+            try:
+                assert await direct.ainvoke(None, checkpoint_id="held-1") == "x done"
+                break
+            except CheckpointConflict:
+                await asyncio.sleep(0.05)
+        tasks.append(await running(second))
+        done = await RunQueue(other).wait("held-1", timeout=15)  # bounded by the lease, not by the node
+        assert done.outcome == "completed" and done.output == "x done" and not gate.is_set()
+        assert done.worker == second.name
+    finally:
+        gate.set()
+        await stopped(first, tasks[0])
+        if len(tasks) > 1:
+            await stopped(second, tasks[1])
+        await other.close()
+        await mine.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -121,7 +122,10 @@ def test_three_workers_two_hundred_approvals_one_worker_sigkilled(pg, pg_url, tm
         assert w.returncode == 0, err
     assert [d.outcome for d in done] == ["completed"] * RUNS, [(d.checkpoint_id, d.outcome, d.error) for d in done
                                                                if d.outcome != "completed"][:5]
-    assert all(d.output.content == "done: moved 5" for d in done)
+    by = {}  # run -> the pid whose execution of the side effect the run went on with (its recorded result)
+    for d in done:
+        assert re.fullmatch(r"done: moved 5 by \d+", d.output.content), d.output.content
+        by[d.checkpoint_id] = d.output.content.rsplit(" ", 1)[1]
     assert killed_inside and killed_inside <= held_by_victim
     recovered = {d.checkpoint_id for d in done if d.attempts > 1}
     assert killed_inside <= recovered  # the runs it was inside were taken over by the others
@@ -136,13 +140,21 @@ def test_three_workers_two_hundred_approvals_one_worker_sigkilled(pg, pg_url, tm
             models[words[1], words[2]] += 1
             model_pids[words[1], words[2]].append(words[-1])
     assert set(effects) == set(ids)
+    # Which execution each run went on with, against the journal: a result whose execution has no journal line
+    # means the journal lost one; the victim's result in a run it was killed inside would mean a path recorded a
+    # call as done without its result (the effect never returned there).
+    unjournaled = {cid: pid for cid, pid in by.items() if pid not in effects[cid]}
+    assert not unjournaled, f"the journal lost the start of these executions (run: pid of the result): {unjournaled}"
+    unfinished = {cid for cid in killed_inside if by[cid] == str(victim.pid)}
+    assert not unfinished, f"runs went on with the result of a call the victim was killed inside: {unfinished}"
     recorded = {cid for cid, _call in ledger_at_kill}
     assert all(len(effects[cid]) == 1 for cid in recorded)  # recorded in the ledger: never run again
     # Run twice: only calls the victim started and had not recorded (in flight for the ledger: inside the
     # tool, or between its end and the ledger's commit), each once more, by another worker.
     twice = {cid for cid, pids in effects.items() if len(pids) > 1}
     assert killed_inside <= twice <= held_by_victim - recorded
-    assert all(len(effects[c]) == 2 and effects[c][0] == str(victim.pid) != effects[c][1] for c in twice)
+    odd = {c: effects[c] for c in twice if not (len(effects[c]) == 2 and effects[c][0] == str(victim.pid) != effects[c][1])}
+    assert not odd, f"side effects run twice other than once by the victim, then once by another (run: pids): {odd}"
     # A model step ran again only in a run the victim held, and only the one it was inside.
     again = {key for key, n in models.items() if n > 1}
     assert all(models[k] == 2 and k[0] in held_by_victim and model_pids[k][0] == str(victim.pid) for k in again)
@@ -184,7 +196,7 @@ asyncio.run(main())
     for p in procs:
         _, err = p.communicate(timeout=60)
         assert p.returncode == 0, err
-    assert pg.sql("SELECT version FROM waypoint_schema", db=database_of(pg_url)) == [(5,)]
+    assert pg.sql("SELECT version FROM waypoint_schema", db=database_of(pg_url)) == [(6,)]
 
 
 def test_two_processes_resume_the_same_paused_run_on_postgres_exactly_one_proceeds(pg_url, tmp_path):

@@ -249,6 +249,48 @@ def test_a_running_run_is_409_to_a_resumer_and_to_delete_unless_forced(tmp_path)
         assert c.get("/runs/slow").status_code == 404
 
 
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_a_service_whose_clock_runs_ahead_does_not_delete_a_live_run_without_force(tmp_path, request, monkeypatch, db):
+    """Another process executes the run under a 30 s lease; the service's wall clock is 120 s ahead, so the lease
+    looks long expired to it. Without force the delete is judged by the store, on its clock, in the delete's own
+    transaction: 409, and the run goes on to complete. (It used to be deleted.)"""
+    from waypoint.stores import SQLStore
+
+    url = request.getfixturevalue("pg_url") if db == "postgres" else None
+    def store():
+        return SQLStore(url) if url else SQLiteStore(tmp_path / "runs.db")
+
+    gate, entered = threading.Event(), threading.Event()
+
+    def work(x):
+        entered.set()
+        assert gate.wait(30)
+        return x
+
+    g = Graph(name="elsewhere")
+    g.add_node("work", work)
+    g.add_edge(START, "work")
+    g.add_edge("work", END)
+    result: list = []
+    owner = threading.Thread(target=lambda: result.append(g.compile(store=store(), lease_seconds=30.0).invoke(
+        "x", checkpoint_id="live")))
+    owner.start()
+    try:
+        assert entered.wait(30)
+        real = time.time
+        monkeypatch.setattr(time, "time", lambda: real() + 120)
+        app = create_app({"elsewhere": g}, store(), auth=TOKEN)
+        with Served(app) as s, s.client() as c:
+            r = c.delete("/runs/live")
+            assert r.status_code == 409 and "force" in r.json()["detail"], r.text
+            assert c.get("/runs/live").json()["lease"]["alive"] is True  # judged on the store's clock too
+        monkeypatch.setattr(time, "time", real)
+    finally:
+        gate.set()
+        owner.join(30)
+    assert result == ["x"]
+
+
 def test_the_openapi_document_is_served_behind_the_token(served, client):
     doc = client.get("/openapi.json")
     assert doc.status_code == 200
@@ -315,14 +357,14 @@ class _BothReadFirst:
     def __getattr__(self, name):
         return getattr(self._store, name)
 
-    async def put(self, meta, header, parts, blobs, *, expected_version):
+    async def put(self, meta, header, parts, blobs, *, expected_version, **fence):
         if meta.checkpoint_id == self._cid and expected_version == self._version:
             self.claims += 1
             if self.claims == 1:
                 await asyncio.wait_for(self.second.wait(), 10)
             else:
                 self.second.set()
-        await self._store.put(meta, header, parts, blobs, expected_version=expected_version)
+        await self._store.put(meta, header, parts, blobs, expected_version=expected_version, **fence)
 
 
 def test_the_409_comes_from_the_stores_compare_and_set(tmp_path):
@@ -516,10 +558,10 @@ class _HeldClaims:
     def __getattr__(self, name):
         return getattr(self._store, name)
 
-    async def put(self, meta, header, parts, blobs, *, expected_version):
+    async def put(self, meta, header, parts, blobs, *, expected_version, **fence):
         self.writing.set()
         await self.release.wait()
-        await self._store.put(meta, header, parts, blobs, expected_version=expected_version)
+        await self._store.put(meta, header, parts, blobs, expected_version=expected_version, **fence)
 
 
 def test_a_request_given_up_before_the_claim_still_has_its_run_announced_to_the_end():

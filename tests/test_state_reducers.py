@@ -383,9 +383,9 @@ class Measuring(SQLiteStore):
         super().__init__(path)
         self.written: list[int] = []
 
-    async def put(self, meta, header, parts, blobs, *, expected_version):
+    async def put(self, meta, header, parts, blobs, *, expected_version, **fence):
         self.written.append(sum(len(b.data) for b in blobs))
-        await super().put(meta, header, parts, blobs, expected_version=expected_version)
+        await super().put(meta, header, parts, blobs, expected_version=expected_version, **fence)
 
 
 def log_loop(store, steps: int, *, edit_at: int | None = None, serializer=None):

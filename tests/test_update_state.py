@@ -244,7 +244,7 @@ async def test_a_run_whose_process_died_keeps_its_expired_lease_and_is_taken_ove
     cp = Checkpointer(store=store, serializer=app.get_serializer(), checkpoint_id="t",
                       graph_structure=app.structure)
     loaded = await cp.load()  # write what a process that died right after its claim leaves behind
-    await cp.save(loaded.position, "running", lease=("dead-host:1:x", time.time() - 1))
+    await cp.save(loaded.position, "running", lease=("dead-host:1:x", -1.0))  # a lease that ran out 1 s ago
     meta = await app.update_state("t", {"amount": 3})
     assert (meta.status, meta.lease_owner) == ("running", "dead-host:1:x") and meta.lease_expires < time.time()
     with pytest.raises(WaypointError, match="was running when its process stopped"):

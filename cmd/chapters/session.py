@@ -31,6 +31,7 @@ from typing import Any
 
 from waypoint.engine import GraphMismatch, UnknownType, WaypointError
 from waypoint.engine.owners import OwnerState, owner_state
+from waypoint.engine.store import store_clock
 
 from ..console import Console, compact, default_db, print_events, read_line
 
@@ -186,7 +187,7 @@ class ChatSession:
             self.console.line("This session is paused, waiting for you:")
             return await self._paused(snap.interrupts)
         takeover = False
-        if meta.status == "running" and (meta.lease_expires or 0) > time.time():
+        if meta.status == "running" and (meta.lease_expires or 0) > await store_clock(self.runner.store):
             takeover = self._may_take_over(meta)
             if takeover is None:
                 return BUSY

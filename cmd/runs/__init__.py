@@ -28,6 +28,7 @@ from typing import Any
 
 from waypoint.engine import CheckpointCorrupted, WaypointError
 from waypoint.engine.errors import describe
+from waypoint.engine.store import store_clock
 
 from ..console import Console, default_db, visible
 from .read import RunsError, opened_store, read_run, read_version
@@ -134,6 +135,7 @@ def _fail(console: Console, message: str, code: int = 1) -> int:
 async def _list(args: Any, console: Console, hint: str) -> int:
     async with opened_store(args.db) as store:
         metas = await store.list(status=args.status, limit=args.limit)
+        now = await store_clock(store)
         found = []
         for meta in metas:
             try:
@@ -141,14 +143,15 @@ async def _list(args: Any, console: Console, hint: str) -> int:
             except WaypointError as err:  # one damaged run does not hide the others
                 found.append((meta, None, str(err) + _unreadable_hint(err, meta.checkpoint_id, hint)))
     if args.json:
-        console.line(json.dumps([_list_json(meta, run, problem) for meta, run, problem in found], ensure_ascii=True))
+        console.line(json.dumps([_list_json(meta, run, problem, now) for meta, run, problem in found],
+                                ensure_ascii=True))
         return 0
     if not found:
         console.line("no runs" + (f" with status {args.status}" if args.status else "") + f" in {args.db}")
         return 0
     rows = []
     for meta, run, problem in found:
-        status = meta.status + (" (lease expired)" if meta.status == "running" and not lease_alive(meta) else "")
+        status = meta.status + (" (lease expired)" if meta.status == "running" and not lease_alive(meta, now) else "")
         pending = "?" if run is None else str(len(run.pending)) if run.pending else "-"
         graph = "(unreadable)" if run is None else run.graph + (" (agent)" if run.is_agent else "")
         rows.append((visible(meta.checkpoint_id, strict=True), status, str(meta.version), str(meta.step), pending,
@@ -161,8 +164,8 @@ async def _list(args: Any, console: Console, hint: str) -> int:
     return 0
 
 
-def _list_json(meta: Any, run: Any, problem: str | None) -> dict[str, Any]:
-    out = meta_json(meta)
+def _list_json(meta: Any, run: Any, problem: str | None, now: float) -> dict[str, Any]:
+    out = meta_json(meta, now)
     out["graph"] = run.graph if run is not None else None
     out["kind"] = None if run is None else "agent" if run.is_agent else "graph"
     out["interrupts"] = None if run is None else [p.id for p in run.pending]
@@ -191,10 +194,11 @@ async def _show(args: Any, console: Console, hint: str) -> int:
 async def _history(args: Any, console: Console, hint: str) -> int:
     async with opened_store(args.db) as store:
         metas = await store.history(args.id)
+        now = await store_clock(store)
     if not metas:
         raise RunsError(f"no run {args.id!r} in this database; `{hint} list` shows the runs")
     if args.json:
-        console.line(json.dumps([meta_json(m, newest=i == 0) for i, m in enumerate(metas)], ensure_ascii=True))
+        console.line(json.dumps([meta_json(m, now, newest=i == 0) for i, m in enumerate(metas)], ensure_ascii=True))
         return 0
     rows = [(str(m.version), m.status, str(m.step), clock(m.updated_at), visible(_origin(m), strict=True),
              visible(" ".join((m.error or "-").split()), strict=True)) for m in metas]
@@ -220,7 +224,7 @@ async def _delete(args: Any, console: Console, hint: str) -> int:
             raise RunsError(f"no run {args.id!r} in this database; `{hint} list` shows the runs")
         newest = metas[0]
         if not args.yes:
-            _confirm(args.id, newest, len(metas), console)
+            _confirm(args.id, newest, len(metas), console, await store_clock(store))
         deleted = await store.delete(args.id)
     if args.json:
         console.line(json.dumps({"checkpoint_id": args.id, "deleted": deleted}))
@@ -229,13 +233,13 @@ async def _delete(args: Any, console: Console, hint: str) -> int:
     return 0
 
 
-def _confirm(checkpoint_id: str, newest: Any, versions: int, console: Console) -> None:
+def _confirm(checkpoint_id: str, newest: Any, versions: int, console: Console, now: float) -> None:
     """Ask on a terminal; refuse without one (a script must say --yes)."""
     if not sys.stdin.isatty():
         raise RunsError(f"refusing to delete run {checkpoint_id!r} without confirmation: not a terminal; "
                         "pass --yes")
     live = " It is RUNNING in a live process, which will fail at its next write." \
-        if newest.status == "running" and lease_alive(newest) else ""
+        if newest.status == "running" and lease_alive(newest, now) else ""
     console.write(f"Delete run {checkpoint_id} ({newest.status}, {versions} version(s)) for good?{live} [y/N] ")
     answer = sys.stdin.readline().strip().lower()
     if answer not in ("y", "yes"):

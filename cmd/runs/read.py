@@ -43,6 +43,8 @@ class StoredRun:
     """The run's newest version (`meta.version` unless an older one was asked for)."""
     structure: dict[str, Any]
     """The shape of the graph that wrote it (what its fingerprint was computed from)."""
+    now: float
+    """The store's clock when it was read: what its lease is judged by (never this process's clock)."""
 
     @property
     def pending(self) -> list[Pending]:
@@ -140,6 +142,7 @@ async def read_version(store: Any, checkpoint_id: str, version: int | None = Non
     """
     from waypoint.engine import read_run as read_stored
     from waypoint.engine.serde import UnknownType
+    from waypoint.engine.store import store_clock
 
     _register_types()
     try:
@@ -151,7 +154,8 @@ async def read_version(store: Any, checkpoint_id: str, version: int | None = Non
         return None
     return StoredRun(meta=snap.meta, graph=snap.graph or "?", state=snap.state, output=snap.output,
                      done=snap.meta.status == "completed" or snap.output is not None, pending_nodes=snap.pending,
-                     interrupts=snap.interrupts, newest=snap.meta.version, structure=snap.structure)
+                     interrupts=snap.interrupts, newest=snap.meta.version, structure=snap.structure,
+                     now=await store_clock(store))
 
 
 async def read_run(store: Any, checkpoint_id: str, version: int | None = None, *, serializer: Any = None,

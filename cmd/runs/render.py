@@ -53,17 +53,19 @@ def iso(t: float | None) -> str | None:
     return None if t is None else dt.datetime.fromtimestamp(t).astimezone().isoformat(timespec="seconds")
 
 
-def lease_alive(meta: CheckpointMeta, now: float | None = None) -> bool:
-    return meta.lease_expires is not None and meta.lease_expires > (time.time() if now is None else now)
+def lease_alive(meta: CheckpointMeta, now: float) -> bool:
+    """Whether `meta`'s lease is unexpired at `now`, the store's clock (never this process's)."""
+    return meta.lease_expires is not None and meta.lease_expires > now
 
 
-def lease_text(meta: CheckpointMeta) -> str | None:
-    """What the lease of a running run says: an owner that may be alive, or one that is gone."""
+def lease_text(meta: CheckpointMeta, now: float) -> str | None:
+    """What the lease of a running run says at `now` (the store's clock): an owner that may be alive, or one
+    that is gone."""
     if meta.status != "running":
         return None
     owner = clip(meta.lease_owner or "an unknown owner", 200)
-    if lease_alive(meta):
-        left = meta.lease_expires - time.time()
+    if lease_alive(meta, now):
+        left = meta.lease_expires - now
         return (f"held by {owner} until {clock(meta.lease_expires)} ({left:.0f}s left): that process is "
                 "running it, unless it died")
     return f"expired at {clock(meta.lease_expires)} (owner {owner}): the process that ran it is gone"
@@ -77,16 +79,16 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 # --- JSON -------------------------------------------------------------------------------------------------
 
-def meta_json(meta: CheckpointMeta, *, newest: bool = True) -> dict[str, Any]:
-    """One version's row, for scripts. `lease_expired` only for a run's newest version (the lease of an
-    older one was handed on to the next version)."""
+def meta_json(meta: CheckpointMeta, now: float, *, newest: bool = True) -> dict[str, Any]:
+    """One version's row, for scripts. `lease_expired` (at `now`, the store's clock) only for a run's newest
+    version (the lease of an older one was handed on to the next version)."""
     out = {
         "checkpoint_id": meta.checkpoint_id, "version": meta.version, "status": meta.status, "step": meta.step,
         "created_at": iso(meta.created_at), "updated_at": iso(meta.updated_at), "error": meta.error,
         "origin": meta.origin, "lease_owner": meta.lease_owner, "lease_expires": iso(meta.lease_expires),
     }
     if newest:
-        out["lease_expired"] = None if meta.status != "running" else not lease_alive(meta)
+        out["lease_expired"] = None if meta.status != "running" else not lease_alive(meta, now)
     return out
 
 
@@ -101,7 +103,7 @@ def pending_json(p: Pending) -> dict[str, Any]:
 
 def run_json(run: StoredRun) -> dict[str, Any]:
     """A decoded version, for scripts: the row, the pending interrupts, and the conversation or the state."""
-    out = {**meta_json(run.meta), "graph": run.graph, "kind": "agent" if run.is_agent else "graph",
+    out = {**meta_json(run.meta, run.now), "graph": run.graph, "kind": "agent" if run.is_agent else "graph",
            "newest_version": run.newest, "pending_nodes": list(run.pending_nodes),
            "interrupts": [pending_json(p) for p in run.pending]}
     if run.is_agent:
@@ -127,7 +129,7 @@ def show_run(run: StoredRun, console: Console, *, hint: str) -> None:
               ("step", str(meta.step)),
               ("created", clock(meta.created_at)),
               ("updated", clock(meta.updated_at)),
-              ("lease", lease_text(meta)),
+              ("lease", lease_text(meta, run.now)),
               ("error", meta.error and clip(" ".join(meta.error.split()), TEXT_LIMIT)),
               ("origin", meta.origin and f"{meta.origin} " + ("(its state edited from that version)"
                                                                if " update_state" in meta.origin else
@@ -219,7 +221,7 @@ def _next_steps(run: StoredRun, resume: str) -> list[str]:
                         if run.is_agent else [])
     if first is not None:
         return [f"answer:  {resume} --respond {first.id} JSON"]
-    if meta.status == "running" and lease_alive(meta):
+    if meta.status == "running" and lease_alive(meta, run.now):
         return [f"if its process is dead: {resume} --takeover"]
     what = {"failed": "retry the failed step", "running": "continue it"}.get(meta.status, "continue it")
     return [f"{what}: {resume}"]

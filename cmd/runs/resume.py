@@ -123,7 +123,7 @@ def _check(run: StoredRun, answers: dict[str, tuple[str, Any]], takeover: bool, 
     if meta.status == "completed":
         raise RunsError(f"run {cid!r} has completed (version {meta.version}); there is nothing to resume "
                         f"(`{hint} show {cid}` shows its output)")
-    if meta.status == "running" and lease_alive(meta) and not takeover:
+    if meta.status == "running" and lease_alive(meta, run.now) and not takeover:
         raise RunsError(f"run {cid!r} is running in another process (lease held by {clip(str(meta.lease_owner))} "
                         f"until {clock(meta.lease_expires)}); wait for it, or pass --takeover if you know that process is dead")
     pending = {p.id: p for p in run.pending}

@@ -192,7 +192,8 @@ class Runner:
         if loaded is None:
             return {}
         address = f"runnable:{self.agent.name};node:tools"
-        ledger = TaskLedger(self.store, app.get_serializer(), checkpoint_id, loaded.position.ledger, address)
+        ledger = TaskLedger(self.store, app.get_serializer(), checkpoint_id, loaded.position.ledger, address,
+                            incarnation=loaded.meta.created_at)
         return await self.agent.tools_node.results_so_far(loaded.position, address, ledger)
 
     async def resume(self, checkpoint_id: str, *, takeover: bool = False, expected_version: int | None = None,

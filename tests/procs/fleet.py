@@ -2,7 +2,8 @@
 
 Each run asks for one `transfer` call, which needs approval (ApprovalMiddleware); once approved, the
 tool's side effect is journaled ("effect <run> <call> start|done <pid>", fsynced) around a short
-sleep, so a worker killed mid-run is likely killed inside one. The model journals every call
+sleep, so a worker killed mid-run is likely killed inside one. Its result names the process that ran it
+("moved 5 by <pid>"), so a test can tell which execution the run went on with. The model journals every call
 ("model <run> <messages seen> <pid>"): a model step that ran twice shows the same message count twice.
 The journal is the file named by $FLEET_JOURNAL; $FLEET_LEASE sets the runs' lease (seconds).
 """
@@ -38,7 +39,7 @@ async def transfer(amount: int, ctx: ToolContext) -> str:
     journal("effect", ctx.checkpoint_id, ctx.call_id, "start")
     await asyncio.sleep(EFFECT_SECONDS)
     journal("effect", ctx.checkpoint_id, ctx.call_id, "done")
-    return f"moved {amount}"
+    return f"moved {amount} by {os.getpid()}"  # who ran it: the tests check the journal says the same
 
 
 class AsksOnce:

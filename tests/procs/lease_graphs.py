@@ -8,6 +8,9 @@ per line, so lines of concurrent processes never mix); $FLEET_LEASE sets the run
   "effect <n> done by <pid>".
 - `slow`: START -> work -> END; `work` journals "work <run> start", sleeps $WORK_SECONDS (default 60)
   and journals "work <run> done".
+- `stateful`: `slow` with a run-local state (a dict), for `update_state`.
+- `three_calls`: an agent whose model asks for three calls of `slow_effect` at once, run one after the other,
+  each taking $EFFECT_SECONDS (default 0.05) — calls longer than the lease when the test says so.
 """
 
 from __future__ import annotations
@@ -45,17 +48,19 @@ async def effect(n: int, ctx: ToolContext) -> str:
 
 
 class AsksTwice:
-    """Asks for two calls at once, then reports — decided from the conversation alone."""
+    """Asks for `calls` calls at once (two), then reports — decided from the conversation alone."""
 
     name = "asks-twice"
+    calls = (1, 2)
+    tool = "effect"
 
     async def generate(self, messages, **_):
         cid = current_checkpoint_id()
         journal("model", cid, len(messages))
         if messages[-1].role == "tool":
             return Message.assistant("done: " + ", ".join(m.content for m in messages if m.role == "tool"))
-        return Message.assistant(tool_calls=[ToolCall(id=f"call-{n}", name="effect", arguments=f'{{"n": {n}}}')
-                                             for n in (1, 2)])
+        return Message.assistant(tool_calls=[ToolCall(id=f"call-{n}", name=self.tool, arguments=f'{{"n": {n}}}')
+                                             for n in self.calls])
 
     async def stream(self, messages, **_):
         yield await self.generate(messages)
@@ -66,16 +71,45 @@ def sequential(store):
     return agent.compile(store=store, lease_seconds=_lease())
 
 
-def slow(store):
-    async def work(x):
-        cid = current_checkpoint_id()
-        journal("work", cid, "start")
-        await asyncio.sleep(float(os.environ.get("WORK_SECONDS", "60")))
-        journal("work", cid, "done")
-        return x
+async def _work(x):
+    cid = current_checkpoint_id()
+    journal("work", cid, "start")
+    await asyncio.sleep(float(os.environ.get("WORK_SECONDS", "60")))
+    journal("work", cid, "done")
+    return x
 
-    g = Graph(name="slow")
-    g.add_node("work", work)
+
+def slow(store):
+    return _one_node("slow", store)
+
+
+def stateful(store):
+    return _one_node("stateful", store, state=dict)
+
+
+def _one_node(name, store, **options):
+    g = Graph(name=name, **options)
+    g.add_node("work", _work)
     g.add_edge(START, "work")
     g.add_edge("work", END)
     return g.compile(store=store, lease_seconds=_lease())
+
+
+@tool
+async def slow_effect(n: int, ctx: ToolContext) -> str:
+    """A side effect that must not run twice, every call $EFFECT_SECONDS long."""
+    journal("effect", ctx.checkpoint_id, ctx.call_id, "start", "rerun" if ctx.rerun else "first")
+    await asyncio.sleep(float(os.environ.get("EFFECT_SECONDS", "0.05")))
+    journal("effect", ctx.checkpoint_id, ctx.call_id, "done")
+    return f"effect {n} done by {os.getpid()}"
+
+
+class AsksThrice(AsksTwice):
+    name = "asks-thrice"
+    calls = (1, 2, 3)
+    tool = "slow_effect"
+
+
+def three_calls(store):
+    agent = ChatModelAgent(name="three_calls", model=AsksThrice(), tools=[slow_effect], sequential_tools=True)
+    return agent.compile(store=store, lease_seconds=_lease())

@@ -20,6 +20,7 @@ from .errors import (
     MaxStepsExceeded,
     ModelError,
     NodeError,
+    ProcessStopping,
     SerializationError,
     StoreUnavailable,
     UnknownInterrupt,
@@ -43,6 +44,7 @@ from .resume import (
     segment_of,
 )
 from .retry import RetryPolicy
+from .shutdown import Shutdown
 from .store import Checkpoint, CheckpointMeta, CheckPointStore
 from .streams import register_concat
 from .workflow import Workflow, WorkflowNode
@@ -120,6 +122,7 @@ __all__ = [
     "read_run",
     "recover",
     "Recovered",
+    "Shutdown",
     "CheckPointStore",
     "CheckpointMeta",
     "Checkpoint",
@@ -157,6 +160,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointConflict",
     "LeaseLost",
+    "ProcessStopping",
     "CheckpointExists",
     "CheckpointNotFound",
     "CheckpointCorrupted",

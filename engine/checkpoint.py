@@ -219,6 +219,15 @@ class Checkpointer:
         step, content = self._last
         return await self._put(step, status, error, content, [])
 
+    async def release(self) -> CheckpointMeta | None:
+        """Write the last written content again, `running` under this writer's name with a lease that has already
+        run out: a process that stops (a shutdown) leaves the run for the next one at once, and the version says a
+        process let it go — no takeover of a dead owner. None if nothing was written yet."""
+        if self._last is None:
+            return None
+        step, content = self._last
+        return await self._put(step, "running", None, content, [], (self.owner, 0.0))
+
     async def _put(self, step: int, status: str, error: str | None, content: dict[str, Any],
                    blobs: list[Blob], lease: tuple[Any, Any] | None = None) -> CheckpointMeta:
         now = time.time()

@@ -128,6 +128,15 @@ class LeaseLost(CheckpointConflict):
         self.checkpoint_id = checkpoint_id
 
 
+class ProcessStopping(WaypointError):
+    """The run stopped because its process is shutting down (engine/shutdown.py) — not a decision about the run:
+    it is left as it was last saved, `running`, with its lease ended, and the next process continues it."""
+
+    def __init__(self, message: str, *, checkpoint_id: str | None = None) -> None:
+        super().__init__(message)
+        self.checkpoint_id = checkpoint_id
+
+
 class CheckpointExists(CheckpointError):
     """New input was given for a run that is paused; resume it with input=None or pass force_new_run=True."""
 

@@ -28,11 +28,16 @@ The rules (docs/resume.md):
 11. Continuing a `running` run (its process stopped) counts a takeover in its position
     (`RunPosition.takeovers`): one more in a row when nothing was written since the previous takeover's
     claim, else the first. Automatic recovery (engine/recovery.py) gives a run up at `max_attempts`.
+12. A run started inside a `Shutdown` (engine/shutdown.py) that its process stops — a deploy, SIGTERM — stops
+    at its next step boundary (`ProcessStopping`), or where it is when cancelled for the shutdown; either way it
+    is left `running` as last saved with its lease ended, never stored as cancelled: the next process
+    continues it at once. Only a person's cancel is stored as cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -48,6 +53,7 @@ from .errors import (
     CheckpointNotFound,
     GraphInterrupted,
     GraphMismatch,
+    ProcessStopping,
     StoreUnavailable,
     UnknownInterrupt,
     WaypointError,
@@ -67,9 +73,12 @@ from .resume import (
 )
 from .runner import Run, RunInterrupted
 from .shape import GraphShape
+from .shutdown import Shutdown, current_shutdown
 from .store import store_clock
 
 __all__ = ["RunOptions", "run_graph"]
+
+log = logging.getLogger("waypoint.run")
 
 
 @dataclass(kw_only=True)
@@ -428,21 +437,7 @@ class _Session:
     # --- running and saving ------------------------------------------------------------------------
 
     async def execute(self, run: Run) -> Any:
-        run.checkpoint = self._on_step if self.durability == "step" else self._remember
-        run.checkpoint_id = self.target
-        run.step_key = lambda: (f"{self.target}~{run.pos.lineage}" if run.pos.lineage else self.target, run.pos.ledger)
-        run.version = lambda: self.cp.version
-        if self.durability != "step":
-            await self._remember(run, "start")
-        else:
-            cp, pos = self.cp, run.pos
-            run.ledger = lambda: (cp.store, cp.serializer, cp.checkpoint_id, pos.ledger, cp.owner, cp.created_at)
-            run.progress = _Progress(self, run)
-        if self.last_status == "running":
-            self.lease = LeaseKeeper(self.cp.store, self.target, self.cp.owner, self.cp.lease_seconds,
-                                     lambda: self.cp.version, held_from=self.cp.sent)
-            self.lease.start()
-            run.before_step = self.lease.check
+        shutdown = await self._arm(run)
         try:
             output = await _execute(run, self)
         except GraphInterrupted as paused:
@@ -450,18 +445,16 @@ class _Session:
                 await self._save(run, "interrupted")
             await _announce(self.emitter, paused, run)
             raise
-        except asyncio.CancelledError:  # resumable from its last finished step, with the cause recorded
-            try:
-                await self._save_stopped("interrupted", "cancelled", shield=True)
-            except Exception:  # noqa: S110 - a cancelled task must end cancelled; the run stays resumable
-                pass  # from its last saved step (its lease expires, or takeover=True)
+        except asyncio.CancelledError:
+            await self._cancelled(shutdown)
+            raise
+        except ProcessStopping:  # stopped at a step boundary for the process's shutdown (rule 12)
+            await self._stand_down(release=True)
             raise
         except (CheckpointConflict, CheckpointNotFound):  # the run is not ours any more: write nothing
             raise
         except StoreUnavailable as err:  # the store, not the run, failed: leave the run as last saved (rule 9)
-            if self.lease is not None:
-                self.lease.stop()
-                await self.lease.let_go()
+            await self._stand_down()
             raise StoreUnavailable(
                 f"run '{self.target}' stopped: its store failed ({err}). The run is left as it was last saved "
                 f"(version {self.cp.version}, not marked failed); resume it with ainvoke(None, "
@@ -477,6 +470,62 @@ class _Session:
         if self.last_status != "completed" and (self.durability != "interrupt" or self.last_status):
             await self._save(run, "completed")
         return output
+
+    async def _arm(self, run: Run) -> Shutdown | None:
+        """Wire the run to this session: where its steps, ledger entries and nested runs are written, its lease
+        (kept from the lease thread, checked before every step and call) and the shutdown it belongs to."""
+        run.checkpoint = self._on_step if self.durability == "step" else self._remember
+        run.checkpoint_id = self.target
+        run.step_key = lambda: (f"{self.target}~{run.pos.lineage}" if run.pos.lineage else self.target, run.pos.ledger)
+        run.version = lambda: self.cp.version
+        if self.durability != "step":
+            await self._remember(run, "start")
+        else:
+            cp, pos = self.cp, run.pos
+            run.ledger = lambda: (cp.store, cp.serializer, cp.checkpoint_id, pos.ledger, cp.owner, cp.created_at)
+            run.progress = _Progress(self, run)
+        if self.last_status != "running":
+            return None
+        self.lease = lease = LeaseKeeper(self.cp.store, self.target, self.cp.owner, self.cp.lease_seconds,
+                                         lambda: self.cp.version, held_from=self.cp.sent)
+        lease.start()
+        run.before_step = run.lease_check = lease.check
+        shutdown, target = current_shutdown(), self.target
+        if shutdown is not None:  # the process may stop: the run stops at a step boundary (rule 12)
+            run.before_step = lambda: (lease.check(), shutdown.check(target))
+        return shutdown
+
+    async def _cancelled(self, shutdown: Shutdown | None) -> None:
+        """The run's task is cancelled: by the process's shutdown, left as last saved with its lease ended (rule
+        12); by a person, stored cancelled at its last finished step, resumable (rules 6 and 7)."""
+        if shutdown is not None and shutdown.cancelling:
+            await _finish_despite_cancel(self._stand_down(release=True))
+            return
+        try:
+            await self._save_stopped("interrupted", "cancelled", shield=True)
+        except Exception as err:  # noqa: BLE001 - a cancelled task must end cancelled; the run stays resumable
+            log.warning("run '%s' was cancelled but could not be stored as cancelled (%s: %s); it stays as last "
+                        "saved and is continued once its lease runs out", self.target, type(err).__name__, err)
+
+    async def _stand_down(self, *, release: bool = False) -> None:
+        """Stop running the run, written as it was last saved: its lease is ended now if the store lets us, so
+        another process may continue it at once (rules 10 and 12). `release`: by writing the last step again under
+        a lease that has run out (a shutdown: the next process's continuation is no takeover of a dead owner);
+        else by ending the lease in place (the store failed: a write would not get through either)."""
+        if self.lease is None:
+            return
+        self.lease.stop()
+        if not release or not self.cp.holding:
+            await self.lease.let_go()
+            return
+        try:
+            async with self.writing:  # a nested run's write in flight lands first
+                await self._wrote(await self.cp.release())
+        except (CheckpointConflict, CheckpointNotFound):  # the run is not ours any more: nothing to give up
+            pass
+        except Exception as err:  # noqa: BLE001 - the lease then runs out by itself; said, naming the run
+            log.warning("run '%s' could not be left for the next process at once (%s: %s); it is continued once its "
+                        "lease runs out", self.target, type(err).__name__, err)
 
     async def _on_step(self, run: Run, reason: str) -> None:
         # A paused task's siblings may still run: the run is `interrupted` only once it stops.

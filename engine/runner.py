@@ -20,7 +20,8 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from .base import END, START
-from .errors import GraphRunError, LeaseLost, MaxStepsExceeded, NodeError, StoreUnavailable, WaypointError
+from .errors import (GraphRunError, LeaseLost, MaxStepsExceeded, NodeError, ProcessStopping, StoreUnavailable,
+                     WaypointError)
 from .events import Emitter, Event
 from .field_mapping import assemble
 from .interrupts import Interrupt, new_interrupt_id
@@ -87,7 +88,8 @@ class Run:
         self.resume: Any = None  # the caller's ResumeRequest (set by restore: it is for paused tasks only)
         self.resumed: dict[str, InterruptRecord] = {}  # address -> what paused there; consumed by its task
         self.halted = False  # something paused during this execution: start no new DAG task
-        self.before_step: Callable[[], None] | None = None  # raises to stop (the run's lease was lost)
+        self.before_step: Callable[[], None] | None = None  # raises to stop: the lease lost, the process stopping
+        self.lease_check: Callable[[], None] | None = None  # raises once the lease is lost (`check_lease()`)
         self.ledger: Callable[[], tuple] | None = None  # (store, serializer, id, epoch, holder, incarnation)
         self.checkpoint_id: str | None = None  # the stored run this executes in, if any
         self.step_key: Callable[[], tuple[str, int]] | None = None  # (checkpoint_id, ledger epoch) when stored
@@ -218,9 +220,10 @@ class Run:
             self.before_step()
 
     def _stops_run(self, err: Exception) -> bool:
-        """This run's lost lease, or its store failing, raised inside a task (`check_lease()`, a ledger
-        write): not the node's error — the run stops as it was last saved."""
-        if isinstance(err, LeaseLost):
+        """This run's lost lease, its store failing, or its process stopping, raised inside a task
+        (`check_lease()`, a ledger write, a nested run's step boundary): not the node's error — the run stops as
+        it was last saved."""
+        if isinstance(err, (LeaseLost, ProcessStopping)):
             return err.checkpoint_id == self.checkpoint_id
         return isinstance(err, StoreUnavailable)
 
@@ -653,7 +656,7 @@ class Run:
                     parent_state=parent_state)
         child.ledger, child.checkpoint_id = self.ledger, self.checkpoint_id
         child.step_key, child.token, child.version = self.step_key, self.token, self.version
-        child.before_step, child.progress = self.before_step, self.progress
+        child.before_step, child.lease_check, child.progress = self.before_step, self.lease_check, self.progress
         child.offload_sync = self.offload_sync
         if graph.state_factory is None:  # it writes its parent's state: through the parent's reducers
             child.reducers, child.journal = self.reducers, self.journal

@@ -155,7 +155,7 @@ def check_lease() -> None:
     scope = current_task()
     if scope is None:
         raise RuntimeError("check_lease() must be called inside a running node")
-    check = scope.run.before_step
+    check = scope.run.lease_check
     if check is not None:
         check()
 
@@ -212,7 +212,7 @@ def task_ledger() -> TaskLedger | None:
         return None
     store, serializer, checkpoint_id, epoch, holder, incarnation = source()
     return TaskLedger(store, serializer, checkpoint_id, epoch, scope.place or f"{scope.run.address};node:{scope.node}",
-                      check=scope.run.before_step, holder=holder, incarnation=incarnation)
+                      check=scope.run.lease_check, holder=holder, incarnation=incarnation)
 
 
 def enclosing_state() -> Any:

@@ -15,14 +15,17 @@ stored arguments (or the call's own) no longer match it when the resume comes, t
 
 from __future__ import annotations
 
+import difflib
+import fnmatch
 import hashlib
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
 
 from waypoint.engine import (
     AgentMiddleware,
+    GraphBuildError,
     Restart,
     StatefulInterrupt,
     ToolContext,
@@ -79,18 +82,64 @@ class ApprovalResult(BaseModel):
     digest: str | None = None
 
 
-class ApprovalMiddleware(AgentMiddleware):
-    """Pause before the tools in `tools` (names) — or those for which `tools(name, arguments_json)` is
-    true — run, until a person approves or rejects them. Works on invokable and streamable tools."""
+_PATTERN = frozenset("*?[")
 
-    def __init__(self, tools: Iterable[str] | Callable[[str, str], bool] = ()) -> None:
-        self._predicate = tools if callable(tools) else None
-        self._names = frozenset(() if callable(tools) else tools)
+
+class ApprovalMiddleware(AgentMiddleware):
+    """Pause before the guarded tools run, until a person approves or rejects each call. Works on invokable and
+    streamable tools.
+
+    `ApprovalMiddleware(tools)`, where `tools` is one of:
+
+    - tool names, exactly as the agent has them (`{"execute"}`), or glob patterns (`{"fs_*", "*write_file"}`,
+      `fnmatch` syntax, case-sensitive) where a prefix or a server's renames make names unstable — a name or
+      pattern as a plain string is one name (`"execute"`);
+    - a predicate `tools(name, arguments_json) -> bool`, asked at each call (the agent's build cannot check
+      what it matches: it is yours to get right).
+
+    Fails closed: no tools named (the argument missing, an empty set) is a `GraphBuildError` at once; a name or
+    pattern that matches no tool of the agent is a `GraphBuildError` when the agent (or `ToolsNode`) is built,
+    naming the tools it has and the nearest names. A guard never silently guards nothing.
+    """
+
+    def __init__(self, tools: Iterable[str] | str | Callable[[str, str], bool] | None = None) -> None:
+        if callable(tools):
+            self._predicate: Callable[[str, str], bool] | None = tools
+            self._names: frozenset[str] = frozenset()
+            self._patterns: tuple[str, ...] = ()
+            return
+        named = [tools] if isinstance(tools, str) else list(tools) if tools is not None else []
+        bad = [t for t in named if not isinstance(t, str) or not t]
+        if not named or bad:
+            raise GraphBuildError(
+                f"ApprovalMiddleware(tools={tools!r}) guards no tool: name the tools that need approval — "
+                "ApprovalMiddleware(tools={'execute'}), a pattern such as {'fs_*'}, or a predicate "
+                "(name, arguments_json) -> bool" + (f" (not names: {bad!r})" if bad else ""))
+        self._predicate = None
+        self._names = frozenset(t for t in named if not _PATTERN & set(t))
+        self._patterns = tuple(sorted({t for t in named if _PATTERN & set(t)}))
 
     def guards(self, name: str, arguments_json: str) -> bool:
         if self._predicate is not None:
             return bool(self._predicate(name, arguments_json))
-        return name in self._names
+        return name in self._names or any(fnmatch.fnmatchcase(name, p) for p in self._patterns)
+
+    def check_tools(self, tools: Sequence[str], where: str) -> None:
+        """Refuse (`GraphBuildError`) a name or pattern that matches none of `tools`, the tools of `where`."""
+        if self._predicate is not None:
+            return
+        matched = {n: [n] if n in tools else [] for n in sorted(self._names)}
+        matched.update({p: [t for t in tools if fnmatch.fnmatchcase(t, p)] for p in self._patterns})
+        missing = [n for n, found in matched.items() if not found]
+        if not missing:
+            return
+        has = ", ".join(tools) if tools else "none"
+        said = "; ".join(f"{n!r} matches no tool{_nearest(n, tools)}" for n in missing)
+        did = "; ".join(f"{n!r} matched {', '.join(found)}" for n, found in matched.items() if found)
+        raise GraphBuildError(
+            f"{where}: ApprovalMiddleware guards nothing under {', '.join(map(repr, missing))}: {said} (its tools: "
+            f"{has}){'; ' + did if did else ''}. Name each guarded tool exactly as the agent has it, or by a "
+            "pattern ('fs_*', '*write_file') — a guard that matches no tool would let every call run unapproved")
 
     def wrap_invokable_tool_call(self, endpoint: Any, ctx: ToolContext) -> Any:
         async def approved_first(arguments_json: str) -> str:
@@ -122,6 +171,19 @@ class ApprovalMiddleware(AgentMiddleware):
             return chunks()
 
         return approved_first
+
+
+def _nearest(name: str, tools: Sequence[str]) -> str:
+    """What `name` probably meant among `tools`: the same name in another case, a tool it ends (a prefix the
+    tools were loaded with), or close spellings."""
+    same = [t for t in tools if t.lower() == name.lower()]
+    ending = [t for t in tools if t.endswith(name) and t != name]
+    close = difflib.get_close_matches(name, list(tools), n=3, cutoff=0.6)
+    near = list(dict.fromkeys([*same, *ending, *close]))
+    if not near:
+        return ""
+    hint = f"; by pattern: '*{name}'" if ending else ""
+    return f" — did you mean {', '.join(map(repr, near))}{hint}?"
 
 
 def _decide(arguments_json: str, ctx: ToolContext) -> tuple[bool, str]:

@@ -14,18 +14,21 @@ its newest version — inside that same compare-and-set (docs/resume.md).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from waypoint.engine import GraphInterrupted, WaypointError
+from waypoint.engine import GraphInterrupted, Shutdown, WaypointError
 from waypoint.engine.jsonable import tool_arguments
 
 from ._events import EventLog, Logs
 from ._targets import Target
 from ._views import message_view, pending_view, plain
 from ._watch import Watcher
+
+log = logging.getLogger("waypoint.service")
 
 __all__ = ["Executor", "Execution", "Outcome"]
 
@@ -98,7 +101,10 @@ class Execution:
 
 
 class Executor:
-    """Starts and resumes runs as tasks of this process; `aclose()` cancels them (each is saved, resumable)."""
+    """Starts and resumes runs as tasks of this process; `aclose(drain)` stops them for the process's shutdown —
+    each at its next step boundary within `drain` seconds, the rest where they are — never as a person's cancel:
+    each is left `running` as last saved with its lease ended, so the next process recovers it at once
+    (engine/shutdown.py)."""
 
     def __init__(self, store: Any, logs: Logs, watcher: Watcher) -> None:
         self.store = store
@@ -108,6 +114,7 @@ class Executor:
         self.launched: dict[str, int] = {}
         """Executions per run from launch to end (before their claim too): the watcher leaves these runs alone."""
         self.tasks: set[asyncio.Task] = set()
+        self.shutdown = Shutdown()
         logs.busy = lambda cid: cid in self.running
         watcher.executing = lambda cid: cid in self.launched
 
@@ -130,7 +137,8 @@ class Executor:
                 options.update(resume=resume, expected_version=expected_version)
             body = self._drive_graph(ex, target.app.aevents(input, callbacks=[ex], streaming=True, **options))
         self.launched[checkpoint_id] = self.launched.get(checkpoint_id, 0) + 1
-        ex.task = asyncio.create_task(self._run(ex, body), name=f"waypoint-service:{how}:{checkpoint_id}")
+        ex.task = asyncio.create_task(self._run(ex, body), name=f"waypoint-service:{how}:{checkpoint_id}",
+                                      context=self.shutdown.context())
         self.tasks.add(ex.task)
         ex.task.add_done_callback(self.tasks.discard)
         return ex
@@ -247,11 +255,20 @@ class Executor:
             return err
         return None
 
-    async def aclose(self) -> None:
-        """Cancel every run this process executes; the engine saves each as cancelled (resumable)."""
+    async def aclose(self, drain: float = 0.0) -> None:
+        """Stop every run this process executes for its shutdown: each at its next step boundary, waiting up to
+        `drain` seconds for them, then the rest where they are (their step is not written). None is stored as
+        cancelled: each is left `running`, its lease ended, for the next process to continue."""
         tasks = list(self.tasks)
-        for task in tasks:
-            task.cancel()
+        self.shutdown.request()
+        if tasks and drain > 0:
+            await asyncio.wait(tasks, timeout=drain)
+        left = [t for t in tasks if not t.done()]
+        if left:
+            log.warning("service: %d run(s) still inside a step after %.1f s of drain are stopped where they are "
+                        "(%s); the next process continues each from its last saved step", len(left), drain,
+                        ", ".join(sorted(t.get_name().rsplit(":", 1)[-1] for t in left)))
+        self.shutdown.cancel(left)
         await asyncio.gather(*tasks, return_exceptions=True)
 
 

@@ -16,7 +16,7 @@ from ._guard import MAX_BODY, guarded_route
 from ._recovery import MAX_ATTEMPTS, start_recovery, stop_recovery
 from ._responses import SafeJSONResponse
 from ._sessions import SESSION_TTL
-from ._state import ServiceState
+from ._state import DRAIN_SECONDS, ServiceState
 from ._ui import build_ui_router
 
 __all__ = ["Service", "create_app", "create_router"]
@@ -25,15 +25,17 @@ __all__ = ["Service", "create_app", "create_router"]
 class Service(ServiceState):
     """Runs `runners_or_graphs` (a mapping name -> Runner / ChatModelAgent / Graph / CompiledGraph, a list,
     or one) on `store` behind bearer-token `auth` (see `Auth`). `service.router` is the FastAPI router;
-    `await service.aclose()` cancels the runs it executes (each is saved as cancelled, resumable).
+    `await service.aclose()` stops the runs it executes for its shutdown (each at its next step boundary within
+    `drain_seconds`, the rest where they are — none stored as cancelled: each is left `running` with its lease
+    ended, for the next process to continue at once).
     `max_body` limits request bodies (bytes, 413 over it); `session_ttl` the page's sessions (seconds);
     `queue` (True, or a `RunQueue` on `store`) hands starts and resumes to `waypoint worker` processes instead
     of executing them here (docs/service.md, "Where runs execute")."""
 
     def __init__(self, runners_or_graphs: Any, store: Any, *, auth: Any = None, max_body: int = MAX_BODY,
-                 session_ttl: float = SESSION_TTL, queue: Any = None) -> None:
+                 session_ttl: float = SESSION_TTL, queue: Any = None, drain_seconds: float = DRAIN_SECONDS) -> None:
         super().__init__(runners_or_graphs, store, auth=auth, max_body=max_body, session_ttl=session_ttl,
-                         queue=queue)
+                         queue=queue, drain_seconds=drain_seconds)
         self.router = APIRouter(default_response_class=SafeJSONResponse)
         self.router.include_router(build_api_router(self))
         self.router.include_router(build_ui_router(self))
@@ -41,16 +43,18 @@ class Service(ServiceState):
 
 def create_router(runners_or_graphs: Any, store: Any, *, auth: Any = None, max_body: int = MAX_BODY,
                   session_ttl: float = SESSION_TTL, queue: Any = None, recover: bool = True,
-                  max_attempts: int = MAX_ATTEMPTS) -> APIRouter:
+                  max_attempts: int = MAX_ATTEMPTS, drain_seconds: float = DRAIN_SECONDS) -> APIRouter:
     """The service as a router for an existing FastAPI app: `app.include_router(router, prefix="/waypoint")`.
 
     The router's lifespan (merged into the app's by `include_router`) recovers the served runs whose process
     died, now and while the app runs (`recover=False` turns it off; a run is given up after `max_attempts`
-    takeovers in a row without progress: docs/service.md, "Recovery"), and cancels the runs it executes when
-    the app shuts down; `router.service` is the `Service`. With a `queue` the workers recover the runs (each
+    takeovers in a row without progress: docs/service.md, "Recovery"), and when the app shuts down it drains
+    the runs it executes (each finishes its step within `drain_seconds`; none is stored as cancelled, each is
+    left for the next process to continue at once); `router.service` is the `Service`. With a `queue` the workers recover the runs (each
     worker continues its graphs' runs whose process died), so the service does not.
     """
-    service = Service(runners_or_graphs, store, auth=auth, max_body=max_body, session_ttl=session_ttl, queue=queue)
+    service = Service(runners_or_graphs, store, auth=auth, max_body=max_body, session_ttl=session_ttl, queue=queue,
+                      drain_seconds=drain_seconds)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
@@ -70,12 +74,13 @@ def create_router(runners_or_graphs: Any, store: Any, *, auth: Any = None, max_b
 
 def create_app(runners_or_graphs: Any, store: Any, *, auth: Any = None, title: str = "Waypoint",
                max_body: int = MAX_BODY, session_ttl: float = SESSION_TTL, queue: Any = None,
-               recover: bool = True, max_attempts: int = MAX_ATTEMPTS) -> FastAPI:
+               recover: bool = True, max_attempts: int = MAX_ATTEMPTS, drain_seconds: float = DRAIN_SECONDS) -> FastAPI:
     """An ASGI app (FastAPI) serving `runners_or_graphs` on `store`: the API, its OpenAPI document at
     `/openapi.json`, and the approval page at `/ui`. `auth`: see `Auth` (default: `WAYPOINT_TOKEN`); `queue`:
-    see `Service`; `recover`, `max_attempts`: automatic recovery, as `create_router` says."""
+    see `Service`; `recover`, `max_attempts`: automatic recovery, `drain_seconds`: the drain at shutdown, as
+    `create_router` says."""
     router = create_router(runners_or_graphs, store, auth=auth, max_body=max_body, session_ttl=session_ttl,
-                           queue=queue, recover=recover, max_attempts=max_attempts)
+                           queue=queue, recover=recover, max_attempts=max_attempts, drain_seconds=drain_seconds)
     service: Service = router.service  # type: ignore[attr-defined]
     app = FastAPI(title=title, version="1", docs_url=None, redoc_url=None, openapi_url=None,
                   description="Start, inspect and resume checkpointed Waypoint runs; follow them live (SSE).")

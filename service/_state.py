@@ -25,6 +25,8 @@ from ._watch import Watcher
 __all__ = ["ServiceState"]
 
 _PENDING_CACHE = 4096
+DRAIN_SECONDS = 10.0
+"""How long a stopping service lets the runs it executes finish their step (`waypoint serve --drain`)."""
 
 
 class ServiceState:
@@ -32,12 +34,15 @@ class ServiceState:
     or one) on `store` behind bearer-token `auth` (see `Auth`); `max_body` limits request bodies (bytes),
     `session_ttl` the page's sessions (seconds). `queue`: None (runs execute in this process), True (a
     `RunQueue` on `store`: `waypoint worker` processes execute them) or a `RunQueue` on this store (say, with
-    the workers' serializer)."""
+    the workers' serializer). `drain_seconds`: how long `aclose()` lets the runs it executes finish their step
+    (then stops the rest where they are; none is stored as cancelled)."""
 
     def __init__(self, runners_or_graphs: Any, store: Any, *,
                  auth: str | Mapping[str, Iterable[str]] | Decide | Auth | None = None,
-                 max_body: int = MAX_BODY, session_ttl: float = SESSION_TTL, queue: Any = None) -> None:
+                 max_body: int = MAX_BODY, session_ttl: float = SESSION_TTL, queue: Any = None,
+                 drain_seconds: float = DRAIN_SECONDS) -> None:
         self.store = store
+        self.drain_seconds = drain_seconds
         self.targets: dict[str, Target] = prepare_targets(runners_or_graphs, store)
         self.by_fingerprint = {t.fingerprint: t for t in self.targets.values()}
         self.auth = auth if isinstance(auth, Auth) else Auth(auth)
@@ -52,10 +57,12 @@ class ServiceState:
         self._pending: OrderedDict[tuple[str, int, float, float], list[dict[str, Any]]] = OrderedDict()
 
     async def aclose(self) -> None:
-        """Cancel the runs this process executes and end every event stream."""
+        """Stop the runs this process executes for its shutdown (each at its next step boundary within
+        `drain_seconds`, the rest where they are; left `running` with their leases ended, for the next process)
+        and end every event stream."""
+        await self.executor.aclose(self.drain_seconds)
         self.logs.close()
         await self.watcher.aclose()
-        await self.executor.aclose()
 
     async def _read(self, checkpoint_id: str, version: int, head: CheckpointMeta | None) -> Any:
         return await self.snapshot(checkpoint_id, version, head=head)

@@ -3,13 +3,16 @@
     waypoint serve --db URL --agents module:attr[,module:attr...] [--queue] [--host 127.0.0.1] [--port 8000]
                    [--max-body BYTES] [--session-ttl SECONDS] [--header-timeout SECONDS]
                    [--body-timeout SECONDS] [--keep-alive SECONDS] [--max-connections N]
-                   [--no-recover] [--max-attempts N]
+                   [--no-recover] [--max-attempts N] [--drain SECONDS]
 
 The token comes from `WAYPOINT_TOKEN` (and `WAYPOINT_READ_TOKEN` for read-only viewers); without one, or
 with one shorter than 16 characters, the command refuses to start. Runs started or resumed over HTTP execute
 in this process — or, with `--queue`, in `waypoint worker` processes on the same database (`--db` a
 Postgres URL, or a SQLite file for workers on this machine), whose events reach this service from the store.
-Stopping it (Ctrl-C, SIGTERM) saves each run it executes as cancelled at its last finished step, resumable.
+Stopping it (Ctrl-C, SIGTERM) drains: it takes no new connection, lets each run it executes finish the step it
+is in (up to `--drain` seconds; a run still inside a step then is stopped where it is), and leaves every run
+`running` as last saved with its lease ended — never stored as cancelled: the next process continues it at
+once (its recovery, or a worker).
 A request's headers and body must arrive within their timeouts (service/_protocol.py), an idle connection
 is closed after `--keep-alive`, and past `--max-connections` a request is answered 503. Runs of the
 served agents whose process died are continued by this process (with `--queue`, by the workers), at start
@@ -35,6 +38,7 @@ from ._guard import MAX_BODY
 from ._recovery import MAX_ATTEMPTS
 from ._protocol import BODY_TIMEOUT, HEADER_TIMEOUT, KEEP_ALIVE, MAX_CONNECTIONS, deadline_protocol
 from ._sessions import SESSION_TTL
+from ._state import DRAIN_SECONDS
 from ._service import create_app
 from ._targets import ServiceError, load_targets
 
@@ -72,6 +76,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-attempts", type=int, default=MAX_ATTEMPTS, metavar="N",
                    help="give a recovered run up (stored failed) after N takeovers in a row that made no progress "
                         "(default: %(default)s)")
+    p.add_argument("--drain", type=float, default=DRAIN_SECONDS, metavar="SECONDS",
+                   help="on SIGTERM, how long runs may finish the step they are in before they are stopped where "
+                        "they are (either way the next process continues them; default: %(default)s)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     return p
 
@@ -85,9 +92,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{READ_TOKEN_ENV} for read-only viewers of the page", file=sys.stderr)
         return 2
     if args.max_body < 1 or args.session_ttl <= 0 or args.max_connections < 1 or args.max_attempts < 1 or \
-            not all(0 < t < float("inf") for t in (args.header_timeout, args.body_timeout, args.keep_alive)):
+            not all(0 < t < float("inf") for t in (args.header_timeout, args.body_timeout, args.keep_alive)) or \
+            not 0 <= args.drain < float("inf"):
         print("waypoint serve: --max-body, --session-ttl, --header-timeout, --body-timeout, --keep-alive, "
-              "--max-connections and --max-attempts must be positive (and the times finite)", file=sys.stderr)
+              "--max-connections and --max-attempts must be positive, --drain at least 0 (and the times finite)",
+              file=sys.stderr)
         return 2
     try:
         auth = Auth()
@@ -110,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           max_body=args.max_body, session_ttl=args.session_ttl,
                           header_timeout=args.header_timeout, body_timeout=args.body_timeout,
                           keep_alive=args.keep_alive, max_connections=args.max_connections,
-                          recover=args.recover, max_attempts=args.max_attempts,
+                          recover=args.recover, max_attempts=args.max_attempts, drain_seconds=args.drain,
                           banner=f"(database {args.db}{'; runs executed by workers' if args.queue else ''}; "
                                  f"token from ${TOKEN_ENV}"
                                  f"{' and $' + READ_TOKEN_ENV if os.environ.get(READ_TOKEN_ENV) else ''})"))
@@ -127,16 +136,16 @@ async def serve(targets: Any, store: Any, *, host: str = "127.0.0.1", port: int 
                 session_ttl: float = SESSION_TTL, header_timeout: float = HEADER_TIMEOUT,
                 body_timeout: float = BODY_TIMEOUT, keep_alive: float = KEEP_ALIVE,
                 max_connections: int = MAX_CONNECTIONS, queue: Any = None, recover: bool = True,
-                max_attempts: int = MAX_ATTEMPTS) -> None:
+                max_attempts: int = MAX_ATTEMPTS, drain_seconds: float = DRAIN_SECONDS) -> None:
     """Serve `targets` on `store` with uvicorn until stopped; prints the page's address once listening. A
     request's headers and body must arrive within `header_timeout` / `body_timeout` seconds (else its
     connection is closed), an idle connection closes after `keep_alive` seconds, and past `max_connections`
     connections a request is answered 503. `queue` (True or a `RunQueue`): workers execute the runs.
-    `recover`, `max_attempts`: automatic recovery (`create_app`)."""
+    `recover`, `max_attempts`: automatic recovery; `drain_seconds`: the drain when stopped (`create_app`)."""
     import uvicorn
 
     app = create_app(targets, store, auth=auth, max_body=max_body, session_ttl=session_ttl, queue=queue,
-                     recover=recover, max_attempts=max_attempts)
+                     recover=recover, max_attempts=max_attempts, drain_seconds=drain_seconds)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                             http=deadline_protocol(header_timeout, body_timeout), timeout_keep_alive=keep_alive,
                             limit_concurrency=max_connections,

@@ -22,8 +22,9 @@ The loop, box by box (docs/scale-out.md draws it):
 Meanwhile a task renews the claims of the work in flight (and only those) every `lease_seconds / 3`
 and says which graphs this worker serves. Work ends in an outcome or is **handed back** — queued again
 for any worker, its claim cleared — never left claimed by a task that died: when draining (`stop()`:
-stop claiming, let runs in flight finish for `drain_seconds`, cancel the rest — the engine saves each at
-its last finished step), when the run is held by another process, and when the database failed
+stop claiming, let each run in flight finish the step it is in, within `drain_seconds`, stop the rest where
+they are — each left `running` at its last finished step with its lease ended, never stored as cancelled:
+engine/shutdown.py), when the run is held by another process, and when the database failed
 (`StoreUnavailable`: after a backoff). A hand-back is not a failed attempt; `max_attempts` counts the
 claims that ended in neither (the worker died, or lost its claim) *in a row without progress*: a claim that
 finds the run at a newer version than the previous claim found it counts 1 again, so a long run whose
@@ -55,11 +56,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from waypoint.engine.errors import (CheckpointConflict, CheckpointNotFound, GraphInterrupted, GraphMismatch,
-                                   LeaseLost, StoreUnavailable)
+                                   LeaseLost, ProcessStopping, StoreUnavailable)
 from waypoint.engine.lease import forget as forget_renewals
 from waypoint.engine.lease import lost as lost_lease
 from waypoint.engine.lease import reserve as reserve_renewals
 from waypoint.engine.recovery import give_up, recover
+from waypoint.engine.shutdown import Shutdown
 
 from .queue import QueueError, RunQueue
 
@@ -125,8 +127,8 @@ class Worker:
     `concurrency`: runs at once; `poll`: seconds between looks at the queue when idle (Postgres also
     wakes it by NOTIFY); `lease_seconds`: how long its claims last unrenewed (default: twice the graphs'
     longest lease — a claim only matters before a run's first write and after its last one, the run's
-    own lease covers the rest); `drain_seconds`: how long `stop()` lets runs in flight finish before cancelling
-    them; `max_attempts`: claims of one request that ended without an outcome or a hand-back (a worker died
+    own lease covers the rest); `drain_seconds`: how long `stop()` lets runs in flight finish their step before
+    stopping them where they are; `max_attempts`: claims of one request that ended without an outcome or a hand-back (a worker died
     with it) in a row without the run moving on, after which it is recorded as an error instead of run
     again — a run that kills every worker that takes it must not take the fleet down one by one;
     `serializer`: the queue's codec (the one `RunQueue` used to submit); `recover`: also continue runs of
@@ -159,6 +161,8 @@ class Worker:
         """Tokens of claims handed back while their work task still runs (its run's lease was lost)."""
         self._stopping = False
         self._cancel_now = False
+        self.shutdown = Shutdown()
+        """What the runs in flight belong to: stopping the worker stops them for a shutdown, not as a cancel."""
         self.finished = 0
         """Work items this worker recorded as done."""
 
@@ -168,13 +172,16 @@ class Worker:
         return len(self._tasks)
 
     def stop(self, *, now: bool = False) -> None:
-        """Stop claiming work; drain (or with `now=True`, cancel) the runs in flight. Call it on the
-        worker's loop (a signal handler installed with `loop.add_signal_handler` is)."""
+        """Stop claiming work; drain the runs in flight — each stops at its next step boundary, within
+        `drain_seconds` (with `now=True` at once, where it is) — and hand their work back. A stop is no decision
+        about a run: none is stored as cancelled, each is left `running` with its lease ended for the next worker
+        (engine/shutdown.py). Call it on the worker's loop (a signal handler installed with
+        `loop.add_signal_handler` is)."""
         self._stopping = True
+        self.shutdown.request()
         if now:
             self._cancel_now = True
-            for task in self._tasks:
-                task.cancel()
+            self.shutdown.cancel(self._tasks)
         if self._wake is not None:
             self._wake.set()
 
@@ -278,7 +285,8 @@ class Worker:
         return list(self._foreign)
 
     def _start(self, item: _Item) -> None:
-        task = asyncio.create_task(self._work(item), name=f"waypoint-work:{item.checkpoint_id}")
+        task = asyncio.create_task(self._work(item), name=f"waypoint-work:{item.checkpoint_id}",
+                                   context=self.shutdown.context())
         self._tasks[task] = item
         task.add_done_callback(self._ended)
 
@@ -327,8 +335,7 @@ class Worker:
     async def _drain(self) -> None:
         if self._tasks and not self._cancel_now:
             await asyncio.wait(set(self._tasks), timeout=self.drain_seconds)
-        for task in list(self._tasks):
-            task.cancel()
+        self.shutdown.cancel(list(self._tasks))  # still inside a step: stopped where they are, not cancelled
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     # --- one work item ----------------------------------------------------------------------------------
@@ -338,7 +345,7 @@ class Worker:
         cid, seen = item.checkpoint_id, _Progress(self.queue, item)
         try:
             await self._settle(item, seen)
-        except asyncio.CancelledError:  # draining: the engine saved the run; another worker continues it
+        except asyncio.CancelledError:  # draining: the engine left the run as last saved; another worker continues it
             await _shielded(self._hand_back(item, 0.0, "this worker is stopping"))
             raise
         except Exception as err:  # noqa: BLE001 - a bug or an unexpected error: say so, let another try
@@ -370,6 +377,9 @@ class Worker:
             await self._hand_back(item, 0.0, str(err), counts=True)
             return
         except CheckpointConflict as err:  # another process holds the run: taken again once it lets go
+            await self._hand_back(item, 0.0, str(err))
+            return
+        except ProcessStopping as err:  # this worker is stopping: the run stopped at a step boundary, for the next
             await self._hand_back(item, 0.0, str(err))
             return
         except GraphMismatch as err:  # another shape of this graph wrote the run (a rolling deploy): not ours
@@ -419,12 +429,12 @@ class Worker:
                         seen.version)
             except CheckpointConflict as err:
                 return await self._conflict(item, err, seen)
-            except (StoreUnavailable, GraphMismatch, asyncio.CancelledError):
+            except (StoreUnavailable, GraphMismatch, ProcessStopping, asyncio.CancelledError):
                 raise
             except Exception as err:  # noqa: BLE001 - recorded on the queue row for whoever waits
                 return await self._failed(cid, before, err)
             return "completed", None, self._encode(output), seen.version
-        except (CheckpointConflict, StoreUnavailable, GraphMismatch, asyncio.CancelledError):
+        except (CheckpointConflict, StoreUnavailable, GraphMismatch, ProcessStopping, asyncio.CancelledError):
             raise
         except CheckpointNotFound as err:
             return "error", str(err), None, None

@@ -75,3 +75,47 @@ def test_sigkill_between_sibling_tool_calls_reruns_only_the_unfinished_one(tmp_p
     assert first[1][3] == first[2][3]  # the same idempotency key across the crash
     assert {"rerun": "slow", "key": first[1][3]} in out  # and the events say it was re-run
     assert out[-1] == {"role": "assistant", "content": "fast result; slow result"}
+
+
+def test_a_turn_abandoned_after_a_crash_inside_a_call_tells_the_model_the_call_started(tmp_path):
+    """A process is SIGKILLed inside `slow` (started, its side effect perhaps done, no result recorded); another
+    process abandons that turn with new input (`force_new_run=True`). The history the model then reads says the
+    call started and its outcome is unknown, with its idempotency key — not that it did not run, which would have
+    the model ask again and a person approve an operation that may already have happened — while the call that
+    finished keeps its result."""
+    import waypoint.engine.agents  # noqa: F401 - registers AgentState and Message, which the stored run holds
+    from waypoint.engine import read_run
+    from waypoint.stores import SQLiteStore
+
+    db, journal = tmp_path / "agent.db", tmp_path / "journal"
+    proc = start(db, "job", "crash", "--slow-sleep", "60", "--lease", "1", journal=journal)
+    wait_until(lambda: journal.exists() and any(l[0] == "slow" for l in journal_lines(journal)))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    (key,) = [l[3] for l in journal_lines(journal) if l[0] == "slow"]
+
+    def lease_over() -> bool:  # on SQLite's clock, which every process on this host reads
+        with sqlite3.connect(db, timeout=5) as conn:
+            return conn.execute("SELECT lease_expires < (julianday('now') - 2440587.5) * 86400.0 FROM "
+                                "waypoint_checkpoints WHERE checkpoint_id = 'job' ORDER BY version DESC LIMIT 1"
+                                ).fetchone()[0] == 1
+
+    wait_until(lease_over)
+    code, out, err = run(db, "job", "crash", "--abandon-with", "what happened?", journal=journal)
+    assert code == 0, err
+
+    async def messages():
+        store = SQLiteStore(db)
+        try:
+            return (await read_run(store, "job")).state.messages
+        finally:
+            await store.close()
+
+    import asyncio
+
+    history = asyncio.run(messages())
+    abandoned = {m.tool_call_id: m.content for m in history[:history.index(next(
+        m for m in history if m.role == "user" and m.content == "what happened?"))] if m.role == "tool"}
+    assert abandoned["call_1"] == "fast result"
+    assert abandoned["call_2"].startswith("[abandoned] this call was started and its outcome is unknown "
+                                          f"(idempotency key {key})"), abandoned["call_2"]

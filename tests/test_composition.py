@@ -155,6 +155,44 @@ async def test_a_transfer_to_an_unknown_agent_is_a_tool_error_the_model_can_corr
     assert out.content.startswith("triage: [tool error] there is no agent named 'sales'") and billing.model.calls == 0
 
 
+async def test_a_transfer_answered_without_running_hands_nothing_over_whatever_its_text_says():
+    """The transfer call is guarded by an approval, and the person answers it with `Respond` — the very text a
+    transfer returns. The tool did not run, so nothing is handed over: what ran decides, not the text."""
+    from waypoint.engine import Respond
+
+    billing = ChatModelAgent(name="billing", model=Asks("billing"))
+    model = Asks("triage", [[["transfer_to_agent", {"agent_name": "billing"}]]])
+    triage = ChatModelAgent(name="triage", model=model, handoffs=[billing],
+                            middlewares=[ApprovalMiddleware(tools={"transfer_to_agent"})])
+    runner = Runner(triage, store=MemoryStore())
+    (ctx,) = paused(await events_of(runner.run("route me", checkpoint_id="r")))
+    events = await events_of(runner.resume_with_params("r", {ctx.id: Respond("Transferred to agent 'billing'.")}))
+    assert billing.model.calls == 0 and not any(e.action is not None and e.action.transfer for e in events)
+    assert (await said(events))[-1] == (("triage",), "assistant", "triage: Transferred to agent 'billing'.")
+
+
+async def test_new_input_abandons_the_paused_turn_of_a_workflow_agent_too():
+    """`force_new_run` over a paused `SequentialAgent` (its second agent waits for an approval): the new turn runs
+    from the conversation as stored — it used to raise AttributeError ('SequentialAgent' has no 'tools_node')."""
+    acted = []
+
+    @tool
+    def act(what: str) -> str:
+        """Act."""
+        acted.append(what)
+        return f"did {what}"
+
+    first = ChatModelAgent(name="first", model=Asks("first"))
+    second = ChatModelAgent(name="second", model=Asks("second", [[["act", {"what": "x"}]]]), tools=[act],
+                            middlewares=[ApprovalMiddleware(tools={"act"})])
+    runner = Runner(SequentialAgent("pipeline", [first, second]), store=MemoryStore())
+    assert paused(await events_of(runner.run("one", checkpoint_id="p")))
+    events = await events_of(runner.run("two", checkpoint_id="p", force_new_run=True))
+    assert paused(events) and acted == []  # the new turn asks anew; nothing of the abandoned one ran
+    snap = await runner.app.get_run("p")
+    assert [m.content for m in snap.state.messages if m.role == "user"] == ["one", "two"]
+
+
 # --- live tokens, turns, hostile IDs --------------------------------------------------------------------------------
 
 async def test_the_agent_tools_tokens_reach_the_caller_live_marked_with_its_path():

@@ -399,3 +399,72 @@ async def test_logging_middleware_writes_structured_records(caplog):
     models = [r for r in caplog.records if getattr(r, "node", None) == "model" and hasattr(r, "duration_ms")]
     assert [(r.tool, r.call_id, r.outcome, r.checkpoint_id) for r in tools] == [("execute", "call_1", "ok", "log-1")]
     assert len(models) == 2 and all(r.agent == "logged" and r.duration_ms >= 0 for r in models)
+
+
+# --- a guard that names no tool of the agent is refused when the agent is built -----------------------------
+
+@tool
+def fs_write_file(path: str, content: str) -> str:
+    """Write a file (an MCP server's tool, loaded with tool_prefix="fs_")."""
+    ran[path] += 1
+    return f"wrote {path}"
+
+
+@tool
+def fs_read_file(path: str) -> str:
+    """Read a file."""
+    return "contents"
+
+
+@pytest.mark.parametrize("names, said", [
+    ({"exeucte"}, r"'exeucte' matches no tool — did you mean 'execute'\?"),
+    ({"Execute"}, r"'Execute' matches no tool — did you mean 'execute'\?"),
+    ({"execute", "rm"}, r"'rm' matches no tool \(its tools: execute, tail\); 'execute' matched execute"),
+])
+def test_an_approval_guard_naming_no_tool_of_the_agent_is_refused_when_the_agent_is_built(names, said):
+    from waypoint.engine import GraphBuildError
+
+    with pytest.raises(GraphBuildError, match=r"agent 'ops': ApprovalMiddleware guards nothing under .*" + said):
+        ChatModelAgent(name="ops", model=ScriptedChatModel(["hi"]), tools=[execute, tail],
+                       middlewares=[ApprovalMiddleware(tools=names)])
+
+
+@pytest.mark.parametrize("tools", [None, set(), [], "", [""], [3]])
+def test_an_approval_guard_naming_no_tools_at_all_is_an_error_not_a_default(tools):
+    from waypoint.engine import GraphBuildError
+
+    with pytest.raises(GraphBuildError, match="guards no tool: name the tools that need approval"):
+        ApprovalMiddleware() if tools is None else ApprovalMiddleware(tools=tools)
+
+
+def test_a_guard_in_front_of_prefixed_tools_is_refused_with_the_prefixed_name_and_a_pattern_guards_them():
+    """`write_file` in front of MCP tools loaded with tool_prefix="fs_" (named `fs_write_file`): refused, naming
+    the tool it probably meant and the pattern that would match it; the pattern guards the call."""
+    from waypoint.engine import GraphBuildError
+
+    with pytest.raises(GraphBuildError, match=r"'write_file' matches no tool — did you mean 'fs_write_file'.*"
+                                              r"by pattern: '\*write_file'\?"):
+        ChatModelAgent(name="files", model=ScriptedChatModel(["hi"]), tools=[fs_read_file, fs_write_file],
+                       middlewares=[ApprovalMiddleware(tools={"write_file"})])
+    with pytest.raises(GraphBuildError, match=r"'mv_\*' matches no tool"):
+        ChatModelAgent(name="files", model=ScriptedChatModel(["hi"]), tools=[fs_read_file, fs_write_file],
+                       middlewares=[ApprovalMiddleware(tools={"*write_file", "mv_*"})])
+    model = ScriptedChatModel([ask(("fs_write_file", {"path": "/srv/data", "content": "x"})), "done"])
+    agent = ChatModelAgent(name="files", model=model, tools=[fs_read_file, fs_write_file],
+                           middlewares=[ApprovalMiddleware(tools={"*write_file"})])
+    events = Runner(agent, store=MemoryStore()).run_sync("write it", checkpoint_id="f1")
+    assert paused_on(events) == "fs_write_file"
+    assert ran["/srv/data"] == 0  # paused for approval, not run
+
+
+def test_one_tool_named_as_a_string_is_guarded_not_taken_for_its_letters():
+    model = ScriptedChatModel([ask(("execute", {"command": "rm -rf /srv/data"})), "done"])
+    agent = ChatModelAgent(name="ops", model=model, tools=[execute, tail], middlewares=[ApprovalMiddleware("execute")])
+    events = Runner(agent, store=MemoryStore()).run_sync("clean", checkpoint_id="s1")
+    assert paused_on(events) == "execute" and ran["rm -rf /srv/data"] == 0
+
+
+def paused_on(events) -> str:
+    """The tool the run paused on for approval (it must have paused)."""
+    (ctx,) = next(e.action.interrupted for e in events if e.action and e.action.interrupted).contexts
+    return ctx.info.tool_name

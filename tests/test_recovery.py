@@ -117,3 +117,53 @@ def test_a_run_that_kills_every_process_continuing_it_is_given_up(tmp_path):
         r = c.post("/runs/doomed/resume", json={"wait": True})
         assert r.status_code == 200 and r.json()["status"] == "completed", r.text
     assert newest(db, "doomed")[0] == "completed"
+
+
+# --- a graceful stop drains: a deploy strands no approved call ------------------------------------------
+
+def approve_first(c: httpx.Client, cid: str) -> None:
+    """Start run `cid` of `fleet_runner` (its first call needs approval) and approve that call over HTTP."""
+    assert c.post("/runs", json={"agent": "fleet-r", "input": "go", "checkpoint_id": cid}).status_code == 201
+    run = run_until(c, cid, "interrupted")
+    (pending,) = run["interrupts"]
+    r = c.post(f"/runs/{cid}/resume", json={"answers": [{"action": "approve", "interrupt_id": pending["id"],
+                                                         "digest": pending["digest"]}],
+                                            "expected_version": run["version"]})
+    assert r.status_code == 200, r.text
+
+
+def never_cancelled(db: Path, cid: str) -> bool:
+    with sqlite3.connect(db, timeout=10) as conn:
+        return all(e != "cancelled" for (e,) in conn.execute("SELECT error FROM waypoint_checkpoints WHERE "
+                                                             "checkpoint_id = ?", (cid,)))
+
+
+@pytest.mark.parametrize("drain, effect", [(10.0, 1.5), (0.3, 5.0)], ids=["step-finishes", "step-cut"])
+def test_sigterm_drains_and_the_next_service_continues_an_approved_call_unasked(tmp_path, drain, effect):
+    """SIGTERM while an approved call runs. With time to drain, the call finishes and is recorded, the run stops
+    at the step boundary; with too little, the call is stopped where it is. Either way the service exits 0 and
+    leaves the run `running`, its lease ended — not cancelled: no pause was lost, `GET /approvals` asks nobody —
+    and the next service continues it with no resume call and no second approval, running the approved call
+    again only if it was cut (flagged rerun), every other call once. (A shutdown used to store the run cancelled
+    and strand the approval.)"""
+    db, log = tmp_path / "runs.db", tmp_path / "journal"
+    env = {"RECOVERY_EFFECT": str(effect)}
+    first = ServeProcess(tmp_path, agents="recovery_graphs:fleet_runner", args=("--drain", str(drain)),
+                         env={"RECOVERY_JOURNAL": str(log), **env})
+    with first, first.client() as c:
+        approve_first(c, "ask-1")
+        wait_until(lambda: ["effect", "ask-1", "call-0", "start", str(first.proc.pid)] in journal(log), what="inside")
+        first.proc.send_signal(signal.SIGTERM)
+        assert first.proc.wait(drain + 20) in (0, -signal.SIGTERM), first.stop()  # uvicorn re-raises SIGTERM
+    status, _owner, error, _v = newest(db, "ask-1")
+    assert (status, error) == ("running", None) and never_cancelled(db, "ask-1")
+    finished = ["effect", "ask-1", "call-0", "done", str(first.proc.pid)] in journal(log)
+    assert finished == (drain > effect)  # the drain let the step finish, or the call was cut
+    with ServeProcess(tmp_path, agents="recovery_graphs:fleet_runner", env={"RECOVERY_JOURNAL": str(log), **env}) as nxt, \
+            nxt.client() as c:
+        assert c.get("/approvals").json()["approvals"] == []  # nobody is asked again
+        done = run_until(c, "ask-1", "completed", timeout=60)
+        assert done["messages"][-1]["content"] == "done after 3 effects"
+    starts = Counter(w[2] for w in journal(log) if w[:2] == ["effect", "ask-1"] and w[3] == "start")
+    assert starts == Counter({"call-0": 1 if finished else 2, "call-1": 1, "call-2": 1}), starts
+    assert never_cancelled(db, "ask-1")

@@ -384,19 +384,30 @@ def test_the_409_comes_from_the_stores_compare_and_set(tmp_path):
     assert lost["current_version"] > run["version"]
 
 
-def test_stopping_the_server_saves_its_runs_as_cancelled_and_a_resume_continues_them(tmp_path):
+def test_stopping_the_server_drains_its_runs_and_the_next_server_continues_them_unasked(tmp_path):
+    """The server stops while its run is inside a model step: the step finishes (the drain), the run stops at the
+    step boundary — left `running` with its lease ended, not stored as cancelled (a shutdown is no decision) — and
+    the next server's recovery continues it with no resume call, to the approval it needs."""
+    import sqlite3
+
     calls: list[str] = []
     db = tmp_path / "runs.db"
     with Served(create_app(approval_agent(calls, delay=0.5), SQLiteStore(db), auth=TOKEN)) as s, s.client() as c:
         assert c.post("/runs", json={"input": "uptime", "checkpoint_id": "cut"}).status_code == 201
         assert c.get("/runs/cut").json()["status"] == "running"
-    # the server stopped mid-answer: the run is saved, resumable, at its last finished step
+    with sqlite3.connect(db) as conn:
+        status, error, lease_left = conn.execute(
+            "SELECT status, error, lease_expires - (julianday('now') - 2440587.5) * 86400.0 FROM waypoint_checkpoints "
+            "WHERE checkpoint_id = 'cut' ORDER BY version DESC LIMIT 1").fetchone()
+        errors = [e for (e,) in conn.execute("SELECT error FROM waypoint_checkpoints WHERE checkpoint_id = 'cut'")]
+    assert (status, error) == ("running", None) and lease_left <= 0  # left for the next process, at once
+    assert "cancelled" not in errors
     with Served(create_app(approval_agent(calls), SQLiteStore(db), auth=TOKEN)) as s, s.client() as c:
-        run = c.get("/runs/cut").json()
-        assert (run["status"], run["error"], run["active"]) == ("interrupted", "cancelled", False)
-        r = c.post("/runs/cut/resume", json={"wait": True})  # nothing to answer: it continues
-        assert r.status_code == 200 and r.json()["status"] == "interrupted"
-        assert r.json()["interrupts"][0]["arguments"] == {"command": "uptime"}
+        deadline = time.monotonic() + 30
+        while (run := c.get("/runs/cut").json())["status"] != "interrupted":
+            assert time.monotonic() < deadline, run
+            time.sleep(0.05)
+        assert run["interrupts"][0]["arguments"] == {"command": "uptime"}  # recovery continued it, unasked
     assert calls == []
 
 

@@ -27,7 +27,7 @@ from ..task import collecting_attempts, current_checkpoint_id, emit_chunk, enclo
 from ..tools.node import ToolsNode
 from ..tools.verbs import Decision
 from .agent_tool import calling_tools
-from .handoff import check_handoffs, handoff_input, transfer_tool, transferred_to
+from .handoff import check_handoffs, handoff_input, transfer_tool
 from .middleware import AgentContext, StoredMessage
 from .session import Session, answer_of, format_instruction
 
@@ -79,7 +79,8 @@ class ChatModelAgent:
         self.middlewares = tuple(middlewares)
         extra = [transfer_tool(self.handoffs)] if self.handoffs else []
         self.tools_node = ToolsNode([*tools, *extra], sequential=sequential_tools,
-                                    unknown_tool_handler=unknown_tool_handler, middlewares=self.middlewares)
+                                    unknown_tool_handler=unknown_tool_handler, middlewares=self.middlewares,
+                                    where=f"agent '{name}'")
         unknown = sorted(set(return_directly) - set(self.tools_node.tools))
         if unknown:
             raise GraphBuildError(f"agent '{name}': return_directly names tools it does not have: {unknown}")
@@ -211,7 +212,7 @@ class ChatModelAgent:
         state.messages.extend(batch.messages)
         state.decisions.extend(batch.decisions)
         direct = [m for m in batch.messages if m.name in self.return_directly]
-        state.transfer = transferred_to(batch.messages, [a.name for a in self.handoffs]) if self.handoffs else None
+        state.transfer = batch.transfer if self.handoffs else None
         if batch.break_loop:
             session = enclosing_state()
             if isinstance(session, Session):  # the loop agent running this one ends after it

@@ -2,7 +2,8 @@
 (Eino's `transfer_to_agent`, the OpenAI Agents SDK's handoffs).
 
 The agent gets a tool `transfer_to_agent(agent_name)` that lists the agents it may hand to. When a call to it
-succeeds, the agent's turn ends after the batch and the named agent — a subgraph node of the agent's graph,
+really runs and succeeds (it raises `HandOff`: a call answered without running — `Respond`, a rejected
+approval — hands nothing over, whatever its text says), the agent's turn ends after the batch and the named agent — a subgraph node of the agent's graph,
 named after it — gets the conversation (without the instruction: it brings its own) and answers from there;
 its answer joins the conversation under its name and is the run's output. A handoff is one way within a run:
 the next turn of a chat starts at the first agent again, which sees the other agent's answer.
@@ -15,9 +16,9 @@ from typing import Any
 
 from ..errors import GraphBuildError
 from ..models.schema import Message
-from ..tools.tool import Tool
+from ..tools.tool import HandOff, Tool
 
-__all__ = ["TRANSFER", "transfer_tool", "transferred_to", "check_handoffs", "handoff_input"]
+__all__ = ["TRANSFER", "transfer_tool", "check_handoffs", "handoff_input"]
 
 TRANSFER = "transfer_to_agent"
 """The name of the handoff tool."""
@@ -52,7 +53,7 @@ def transfer_tool(agents: Sequence[Any]) -> Tool:
         """
         if agent_name not in names:
             return f"[tool error] there is no agent named {agent_name!r}; the agents are: {', '.join(names)}"
-        return _done(agent_name)
+        raise HandOff(agent_name, _done(agent_name))  # what ran decides the handoff, never the result's text
 
     return Tool(transfer_to_agent, name=TRANSFER,
                 description=f"Hand this conversation to another agent, which answers the user from here on. "
@@ -61,16 +62,6 @@ def transfer_tool(agents: Sequence[Any]) -> Tool:
 
 def _done(name: str) -> str:
     return f"Transferred to agent '{name}'."
-
-
-def transferred_to(messages: Sequence[Message], names: Sequence[str]) -> str | None:
-    """The agent the first successful transfer in a batch's tool messages named (a rejected or answered call —
-    `ApprovalMiddleware`, `Respond` — transfers nothing)."""
-    done = {_done(n): n for n in names}
-    for m in messages:
-        if m.name == TRANSFER and m.content in done:
-            return done[m.content]
-    return None
 
 
 def handoff_input(messages: Sequence[Message]) -> list[Message]:

@@ -11,11 +11,14 @@ Interrupt signals raised below a middleware pass through it untouched (they are 
 - `wrap_model(model, ctx)`: return a `ChatModel` that wraps `model` (retries, logging).
 - `wrap_invokable_tool_call(endpoint, ctx)`: `endpoint` is `async (args_json) -> str`.
 - `wrap_streamable_tool_call(endpoint, ctx)`: `endpoint` is `(args_json) -> AsyncIterator[str]`.
+- `check_tools(tools, where)`: once, when an agent (or a `ToolsNode`) is built with the middleware, with the
+  names of its tools: raise `GraphBuildError` for a configuration that could not do its job with them (a
+  guard that names no tool of the agent guards nothing) — refused when it is built, never found out later.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,3 +88,6 @@ class AgentMiddleware:
 
     def wrap_streamable_tool_call(self, endpoint: StreamableEndpoint, ctx: ToolContext) -> StreamableEndpoint:
         return endpoint
+
+    def check_tools(self, tools: Sequence[str], where: str) -> None:
+        return None

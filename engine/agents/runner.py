@@ -176,12 +176,15 @@ class Runner:
             last = await self.app.get_run(checkpoint_id)
             usable = last is not None and last.state is not None and (force_new_run or last.meta.status == "completed")
             if usable:
-                finished = await self._finished_calls(checkpoint_id) if last.meta.status != "completed" else {}
+                unfinished = last.meta.status != "completed" and hasattr(self.agent, "tools_node")
+                finished = await self._finished_calls(checkpoint_id) if unfinished else {}
                 history = _close_abandoned(list(last.state.messages), finished)
         return [*history, *as_messages(messages)]
 
     async def _finished_calls(self, checkpoint_id: str) -> dict[int, str]:
-        """Results of the abandoned turn's calls that did finish (by position in their message)."""
+        """What the abandoned turn's calls that ran came to (by position in their message): the results of those
+        that finished, "started, outcome unknown" for those its process stopped inside (`results_so_far`). A
+        workflow agent's conversation holds its agents' answers, never their calls: it has none to close."""
         from ..checkpoint import Checkpointer
         from ..task import TaskLedger
 
@@ -384,14 +387,16 @@ class _Live:
         return AgentEvent(agent_name=where.run_path[-1], run_path=where.run_path, **fields)
 
 
-ABANDONED = "[abandoned] this call did not run: its turn was abandoned (force_new_run) before it finished"
-"""The result given to a tool call of an abandoned turn, so the conversation stays valid for the model."""
+ABANDONED = "[abandoned] this call did not run: its turn was abandoned (force_new_run) before it started"
+"""The result given to a tool call of an abandoned turn that never started, so the conversation stays valid for
+the model (one that started reads `STARTED_UNKNOWN`, engine/tools/node.py)."""
 
 
 def _close_abandoned(messages: list[Message], finished: dict[int, str]) -> list[Message]:
     """Every tool call gets a tool message, right after the answers its message did get (chat-completions
-    servers refuse a history without them): a call of the abandoned turn that finished gets its real result
-    (`finished`, by position in the last message with calls), any other `ABANDONED`."""
+    servers refuse a history without them): a call of the abandoned turn that ran gets what it came to
+    (`finished`, by position in the last message with calls: its result, or "started, outcome unknown"), any
+    other `ABANDONED`."""
     last = max((i for i, m in enumerate(messages) if m.role == "assistant" and m.tool_calls), default=-1)
     out: list[Message] = []
     open_calls: list[tuple[int, Any]] = []

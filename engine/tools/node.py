@@ -46,13 +46,16 @@ from ..task import (
     ledger_epoch,
     task_ledger,
 )
-from .tool import BreakLoop, RetryAgentRun, StopAgentRun, Tool, ToolArgumentError, ToolContext, _text, as_tool
+from .tool import (BreakLoop, HandOff, RetryAgentRun, StopAgentRun, Tool, ToolArgumentError, ToolContext, _text,
+                   as_tool)
 from .verbs import Decision, Respond, Restart
 
 __all__ = ["ToolsNode", "ToolBatch", "ToolEvent"]
 
 BREAK = "break_loop"
 """A finished call's `stopped` mark when it raised `BreakLoop` (True: `StopAgentRun`)."""
+HANDOFF = "handoff:"
+"""A finished call's `stopped` mark when it raised `HandOff`: `handoff:<agent>`."""
 
 _STATE = 2
 """The paused state's format: 2 keys calls by slot (position and ID); 1 keyed them by the model's ID."""
@@ -87,6 +90,8 @@ class ToolBatch:
     stop: str | None = None
     break_loop: bool = False
     """A call raised `BreakLoop` (its message is `stop`)."""
+    transfer: str | None = None
+    """The agent the first call that really ran the handoff tool handed the conversation to (`HandOff`)."""
     names: list[str] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
     """What resumes decided about paused calls in this batch (approved, rejected, responded, restarted)."""
@@ -122,12 +127,18 @@ class _Step:
     """Arguments a `Restart` replaced, for calls that paused again: the next pass keeps them."""
 
 
+STARTED_UNKNOWN = ("[abandoned] this call was started and its outcome is unknown (idempotency key {key}): its process "
+                   "stopped before its result was recorded, and its turn was abandoned (force_new_run); it may have "
+                   "taken effect — check before asking for it again")
+"""What a model reads for a call of an abandoned turn that started and has no result (`results_so_far`)."""
+
+
 class ToolsNode:
     """Run the tool calls of an assistant message (a node of its own, or the agent's tools box)."""
 
     def __init__(self, tools: Sequence[Any], *, sequential: bool = False,
                  unknown_tool_handler: Callable[[str, str], Any] | None = None,
-                 middlewares: Sequence[Any] = ()) -> None:
+                 middlewares: Sequence[Any] = (), where: str = "a tools node") -> None:
         self.tools: dict[str, Tool] = {}
         for t in map(as_tool, tools):
             if t.name in self.tools:
@@ -136,6 +147,10 @@ class ToolsNode:
         self.sequential = sequential
         self.unknown_tool_handler = unknown_tool_handler
         self.middlewares = tuple(middlewares)
+        for mw in self.middlewares:  # a middleware that cannot work with these tools is refused now (`where`)
+            check = getattr(mw, "check_tools", None)
+            if check is not None:
+                check(list(self.tools), where)
 
     @property
     def infos(self) -> list[ToolInfo]:
@@ -211,28 +226,39 @@ class ToolsNode:
                  "decisions": list(step.decisions)},
                 [o for _, o in paused],
             )
-        stop = next((o[0] for o in finished.values() if o[1]), None)
+        stop = next((o[0] for o in finished.values() if o[1] is True or o[1] == BREAK), None)
         break_loop = any(o[1] == BREAK for o in finished.values())
+        transfer = next((o[1][len(HANDOFF):] for c in calls if c.slot in finished and isinstance(
+            (o := finished[c.slot])[1], str) and o[1].startswith(HANDOFF)), None)
         messages = [Message.tool(finished[c.slot][0], tool_call_id=c.call.id, name=c.call.name) for c in calls]
         # decisions of calls that paused again, then each finished call's own (kept with its result, so a
         # crash after the call does not lose it)
         done = [finished[c.slot][2] for c in calls if len(finished[c.slot]) > 2 and finished[c.slot][2] is not None]
-        return ToolBatch(messages=messages, stop=stop, break_loop=break_loop, names=[c.call.name for c in calls],
+        return ToolBatch(messages=messages, stop=stop, break_loop=break_loop, transfer=transfer,
+                         names=[c.call.name for c in calls],
                          decisions=[*step.decisions, *done])
 
     @staticmethod
     async def results_so_far(position: Any, address: str, ledger: TaskLedger | None) -> dict[int, str]:
-        """The calls of the batch a stored run stopped in that had finished, by position: their results from
-        the paused state (`position.interrupts[...]`) and from the tool ledger. `address` is the tools node's."""
+        """What each call of the batch a stored run stopped in came to, by position, for a model to read: a
+        finished call's result (from the paused state, `position.interrupts[...]`, or the tool ledger); a call
+        that was started and has no result, `STARTED_UNKNOWN` with its idempotency key — its process stopped
+        inside it, and it may have taken effect. Calls never started are absent. `address`: the tools node's."""
         node = address.rsplit(";node:", 1)[-1]
         record = position.interrupts.get(node)
         saved = record.state if record is not None and isinstance(record.state, dict) else {}
-        outcomes = dict(saved.get("done") or {}) if saved.get("v") == _STATE else {}
+        outcomes = {slot: outcome[0] for slot, outcome in (saved.get("done") or {}).items()} if (
+            saved.get("v") == _STATE) else {}
+        started: dict[str, Any] = {}
         for key, value in (await ledger.recorded() if ledger is not None else {}).items():
             kind, _, slot = key.partition(":")
             if kind == "result":
-                outcomes.setdefault(slot, value)
-        return {int(slot.split(":", 1)[0]): outcome[0] for slot, outcome in outcomes.items()}
+                outcomes.setdefault(slot, value[0])
+            elif kind == "start":
+                started[slot] = value
+        for slot, key in started.items():
+            outcomes.setdefault(slot, STARTED_UNKNOWN.format(key=key if isinstance(key, str) else "not recorded"))
+        return {int(slot.split(":", 1)[0]): text for slot, text in outcomes.items()}
 
     def _event(self, c: _Call, kind: str, **fields: Any) -> ToolEvent:
         return ToolEvent(kind=kind, call_id=c.call.id, name=c.call.name, index=c.index, ref=c.ref,  # type: ignore[arg-type]
@@ -290,7 +316,7 @@ class ToolsNode:
     async def _execute(self, c: _Call, ctx: ToolContext, step: _Step) -> list[Any]:
         ledger = step.ledger
         check_lease()  # a process that may have lost the run starts nothing more
-        if ledger is not None and not ctx.rerun and not await ledger.record(f"start:{c.slot}", True):
+        if ledger is not None and not ctx.rerun and not await ledger.record(f"start:{c.slot}", ctx.idempotency_key):
             raise LeaseLost(f"run '{ctx.checkpoint_id}': tool call {c.call.id!r} was started by another process, which "
                             "runs this step now; this process starts nothing more", checkpoint_id=ctx.checkpoint_id)
         await emit_chunk(self._event(c, "start", data=c.call.arguments, rerun=ctx.rerun,
@@ -301,7 +327,8 @@ class ToolsNode:
         except (RetryAgentRun, StopAgentRun) as err:  # its message is the result: whatever it streamed is void
             await emit_chunk(self._event(c, "void"))
             content = err.message
-            stopped = BREAK if isinstance(err, BreakLoop) else isinstance(err, StopAgentRun)
+            stopped = (BREAK if isinstance(err, BreakLoop) else HANDOFF + err.agent if isinstance(err, HandOff)
+                       else isinstance(err, StopAgentRun))
         except BaseException as err:  # it paused or failed: whoever watches its chunks stops waiting
             await emit_chunk(self._event(c, "stop", data=err))
             raise

@@ -50,6 +50,17 @@ class BreakLoop(StopAgentRun):
     `StopAgentRun`."""
 
 
+class HandOff(StopAgentRun):
+    """Raised by the handoff tool (`transfer_to_agent`, engine/agents/handoff.py) when it hands the conversation to
+    `agent`: `message` is the call's result, the batch finishes, then `agent` answers from there. What ran
+    decides: a call answered without running — a `Respond`, a rejected approval — hands nothing over, whatever
+    its text says."""
+
+    def __init__(self, agent: str, message: str = "") -> None:
+        super().__init__(message)
+        self.agent = agent
+
+
 class ToolArgumentError(Exception):
     """The model's arguments for a call do not fit the tool; the message is meant for the model."""
 

@@ -1,11 +1,12 @@
 """An agent in a child process, for the cross-process agent tests.
 
     python agent_proc.py DB CHECKPOINT_ID MODE [--resume JSON] [--continue-run] [--takeover]
-        [--journal PATH] [--slow-sleep S]
+        [--journal PATH] [--slow-sleep S] [--abandon-with TEXT] [--lease SECONDS]
 
 MODE "pause": the model asks for `transfer` (pauses until resumed with "yes"/"no") and `balance`.
 MODE "crash": the model asks for `fast` and `slow` in parallel; `slow` sleeps --slow-sleep seconds.
-Every tool appends "<tool> <what> <pid> <idempotency key>" to the journal (fsynced). Exit codes: 0 the
+`--abandon-with TEXT` starts a new turn with TEXT over the stored run (`force_new_run=True`), abandoning the
+unfinished one. Every tool appends "<tool> <what> <pid> <idempotency key>" to the journal (fsynced). Exit codes: 0 the
 run ended (prints its events as JSON lines), 2 paused (prints {"interrupt": [ids]}), 4 an error.
 """
 
@@ -97,11 +98,13 @@ class Stateless:
 
 async def main(args) -> int:
     store = SQLiteStore(args.db)
-    runner = Runner(build(args), store=store)
+    runner = Runner(build(args), store=store, lease_seconds=args.lease)
     if args.resume:
         events = runner.resume_with_params(args.checkpoint_id, json.loads(args.resume), takeover=args.takeover)
     elif args.continue_run:
         events = runner.resume(args.checkpoint_id, takeover=args.takeover)
+    elif args.abandon_with:
+        events = runner.run(args.abandon_with, checkpoint_id=args.checkpoint_id, force_new_run=True)
     else:
         events = runner.run("go", checkpoint_id=args.checkpoint_id)
     code = 0
@@ -133,4 +136,6 @@ if __name__ == "__main__":
     p.add_argument("--takeover", action="store_true")
     p.add_argument("--journal")
     p.add_argument("--slow-sleep", type=float, default=0.0)
+    p.add_argument("--abandon-with")
+    p.add_argument("--lease", type=float, default=30.0)
     sys.exit(asyncio.run(main(p.parse_args())))

@@ -107,20 +107,23 @@ def tools(args):
 
 def build(args):
     t = tools(args)
-    guard = [] if args.unguarded else [ApprovalMiddleware(tools={"search", "slow", "publish"})]
+    def guard(*names: str) -> list:  # each agent's guard names the guarded tools it has (else: refused at build)
+        return [] if args.unguarded else [ApprovalMiddleware(tools=set(names))]
+
     if args.scenario == "three":
         researcher = ChatModelAgent(
             name="researcher", description="Finds things out.", tools=[t["lookup"], t["search"], t["slow"]],
             model=Scripted("researcher", [[["lookup", {"topic": "backups"}]], [[args.tool, {"query": "backups"}]]],
                            args.journal),
-            middlewares=guard)
+            middlewares=guard("search", "slow"))
         calls = [["researcher", {"request": f"find out about backups ({i})"}] for i in range(args.calls)]
         return ChatModelAgent(name="supervisor", instruction="You delegate.", tools=[AgentTool(researcher)],
                               model=Scripted("supervisor", [calls], args.journal))
     a = ChatModelAgent(name="a", instruction="You outline.", output_key="outline",
                        model=Scripted("a", [], args.journal))
     b = ChatModelAgent(name="b", instruction="You draft from {outline}.", output_key="draft", tools=[t["publish"]],
-                       model=Scripted("b", [[["publish", {"text": "the draft"}]]], args.journal), middlewares=guard)
+                       model=Scripted("b", [[["publish", {"text": "the draft"}]]], args.journal),
+                       middlewares=guard("publish"))
     c = ChatModelAgent(name="c", instruction="You review {draft}.", output_key="review",
                        model=Scripted("c", [], args.journal))
     if args.scenario == "sequential":

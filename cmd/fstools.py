@@ -6,6 +6,12 @@ root; the refusal goes back to the model as the tool's result (`RetryAgentRun`),
 and the run goes on. `glob` and `grep` skip what resolves outside. `execute` runs a shell command with the
 root as its working directory and a timeout; what the command itself does is not confined (guard it with
 approval: chapter 7).
+
+The root a run's tools were confined to is part of the run: `RecordRoot` stores it with every version the
+run writes (under `ROOT_KEY` in the run's stored string map, `RunInfo.trace`), and whoever continues the run
+— `waypoint runs resume`, `waypoint chapter N --session` — confines the tools to `run_root(...)`, the root
+stored with it, whatever its own working directory is (docs/decisions.md, "A session's project root travels
+with its run").
 """
 
 from __future__ import annotations
@@ -14,15 +20,22 @@ import asyncio
 import fnmatch
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from waypoint.engine import RetryAgentRun, Tool, tool
+from waypoint.engine.events import TRACE_LIMITS
 
-__all__ = ["ProjectRoot", "filesystem_tools", "execute_tool", "CommandFailed"]
+__all__ = ["ProjectRoot", "filesystem_tools", "execute_tool", "CommandFailed", "ROOT_KEY", "RecordRoot",
+           "stored_root", "root_problem", "run_root"]
 
 MAX_READ = 100_000
 MAX_MATCHES = 200
+ROOT_KEY = "waypoint.project_root"
+"""The key of a run's stored string map (`RunInfo.trace`) under which it keeps its project root."""
+MAX_ROOT = TRACE_LIMITS[2]
+"""The longest root (in characters) a run can store: the map drops longer values."""
 
 
 class ProjectRoot:
@@ -47,6 +60,58 @@ class ProjectRoot:
 
     def shown(self, path: Path) -> str:
         return str(path.relative_to(self.root)) if path != self.root else "."
+
+
+class RecordRoot:
+    """A run hook (`Runner(callbacks=[RecordRoot(root)])`): every version the run writes — its start, a resume,
+    a continue — stores the root its tools are confined to."""
+
+    def __init__(self, root: ProjectRoot) -> None:
+        self.root = root
+
+    def on_run_start(self, info: Any) -> None:
+        info.trace[ROOT_KEY] = str(self.root.root)
+
+
+def stored_root(trace: Mapping[str, str]) -> Path | None:
+    """The project root a run stored with a version (`RunSnapshot.trace`); None if it stored none."""
+    text = trace.get(ROOT_KEY)
+    return Path(text) if text else None
+
+
+def root_problem(root: ProjectRoot) -> str | None:
+    """Why `root` cannot confine a run's tools (not a directory; too long to be stored with the run), or None."""
+    if not root.root.is_dir():
+        return f"{root.root} is not a directory"
+    if len(str(root.root)) > MAX_ROOT:
+        return f"{str(root.root)[:60]}... is {len(str(root.root))} characters long, and a run stores at most {MAX_ROOT}"
+    return None
+
+
+def run_root(name: str, trace: Mapping[str, str], *, given: str | os.PathLike[str] | None,
+             error: type[Exception]) -> ProjectRoot:
+    """The root the tools of a stored run (`name`: "run 'ID'", "session ID") are confined to: the one stored
+    with it, or `given` (`--project-root`) when that one is unknown (stored before runs kept their root) or no
+    longer a directory. Raises `error`, one line naming the run and what to do, when it cannot be known, when
+    `given` names another root than an existing stored one (a run keeps its root), or when `given` is not a
+    directory."""
+    stored = stored_root(trace)
+    if stored is not None and given is not None and ProjectRoot(given).root != stored and stored.is_dir():
+        raise error(f"the tools of {name} are confined to {stored}; --project-root {given} names another directory: "
+                    "leave it out (it is only for a run whose root is unknown or no longer a directory)")
+    if given is None:
+        if stored is None:
+            raise error(f"{name} does not say which project root its tools are confined to (it was stored before "
+                        "runs kept their root); pass --project-root DIR naming the directory it worked in")
+        if not stored.is_dir():
+            raise error(f"the tools of {name} are confined to {stored}, which is no longer a directory; restore it, or "
+                        "pass --project-root DIR naming the directory the project is in now")
+        return ProjectRoot(stored)
+    root = ProjectRoot(given)
+    problem = root_problem(root)
+    if problem is not None:
+        raise error(f"--project-root {given}: {problem}; pass the directory the tools of {name} worked in")
+    return root
 
 
 def filesystem_tools(root: ProjectRoot) -> list[Tool]:

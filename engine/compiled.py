@@ -42,6 +42,9 @@ class RunSnapshot:
     """The name of the graph (or agent) that wrote it."""
     structure: dict[str, Any] = field(default_factory=dict)
     """That graph's structure as stored (nodes, edges, branches, trigger)."""
+    trace: dict[str, str] = field(default_factory=dict)
+    """The string map the run that wrote this version stored with it (`RunInfo.trace`: what its hooks put
+    there, engine/events.py); empty when it stored none."""
 
 
 async def read_run(store: Any, checkpoint_id: str, *, version: int | None = None,
@@ -70,7 +73,8 @@ def _snapshot(loaded: Any) -> RunSnapshot:
     answered = answered_ids(pos, standing_answers(pos, meta.status, meta.error), address)
     return RunSnapshot(meta=meta, state=pos.state, output=pos.output if pos.done else None,
                        pending=tuple(pos.pending), interrupts=interrupt_info(pos, address, answered),
-                       graph=graph, structure=structure if isinstance(structure, dict) else {})
+                       graph=graph, structure=structure if isinstance(structure, dict) else {},
+                       trace=dict(loaded.trace))
 
 
 class CompiledGraph:

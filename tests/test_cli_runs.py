@@ -185,6 +185,26 @@ def test_approve_an_agent_run_from_another_process(db, tmp_path):
             "has completed", "nothing to resume")
 
 
+def test_a_run_whose_tools_are_not_confined_has_no_project_root(db, tmp_path):
+    """Only chapter sessions (chapters 4-10) keep a project root: other agents' and graphs' runs show none, and
+    `--project-root` for one is refused rather than ignored (tests/test_chapters_roots.py has the sessions)."""
+    code, out, err = runs("show", "approve-me", db=db)
+    assert code == 0 and "\n  root " not in out and "--project-root" not in out, err
+    assert json.loads(runs("show", "approve-me", "--json", db=db)[1])["project_root"] is None
+    assert json.loads(runs("show", "refund-7", "--json", db=db)[1])["project_root"] is None
+    (iid,) = pending_ids(db, "approve-me")
+    refused(runs("resume", "approve-me", "--approve", iid, "--graph", "runs_fixtures:build_agent", "--project-root",
+                 tmp_path, db=db), "--project-root", "--graph", "'approve-me'")
+    script = ("import sys, runs_fixtures, waypoint.cmd.agents as agents\n"
+              "agents.find_agent = lambda name: runs_fixtures.build_agent() if name == 'ops-test' else None\n"
+              "from waypoint.cmd.runs import main\n"
+              "sys.exit(main(sys.argv[1:]))\n")
+    proc = subprocess.run([sys.executable, "-c", script, "resume", "approve-me", "--approve", iid, "--project-root",
+                           str(tmp_path), "--db", str(db)], capture_output=True, text=True, timeout=60, env=_env())
+    refused((proc.returncode, proc.stdout, proc.stderr), "'approve-me'", "not confined", "leave out --project-root")
+    assert pending_ids(db, "approve-me") == [iid]  # nothing ran
+
+
 def test_reject_with_a_reason(db, tmp_path):
     journal = tmp_path / "journal"
     (iid,) = pending_ids(db, "reject-me")

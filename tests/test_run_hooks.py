@@ -138,6 +138,10 @@ async def test_a_resume_reads_the_trace_stored_by_the_run_that_paused(tmp_path):
     for version in newer:
         assert (await reader.load(version=version)).trace == {"traceparent": "run-B"}, version
     assert (await reader.load(version=paused_at)).trace == {"traceparent": "run-A"}
+    from waypoint.engine import read_run  # and the snapshots say so too (what `waypoint runs` reads)
+
+    assert newest.trace == {"traceparent": "run-B"}
+    assert (await read_run(store, "t", version=paused_at)).trace == {"traceparent": "run-A"}
     await store.close()
 
 

@@ -5,7 +5,9 @@
 `ls`, `read_file`, `write_file`, `edit_file`, `glob`, `grep` and `execute` (cmd/fstools.py) resolve every
 path — `..` and symlinks followed — and refuse what lies outside the root; the refusal goes back to the
 model as the call's result, so it can correct itself. Each call and result is printed as
-`[tool call] ...` / `[tool result] ...`. Sessions work as in chapter 3.
+`[tool call] ...` / `[tool result] ...`. Sessions work as in chapter 3, and keep their project root: a stored
+session's tools stay confined to the root it was started with, whoever continues it and from wherever
+(cmd/chapters/project.py).
 """
 
 from __future__ import annotations
@@ -14,13 +16,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from waypoint.engine import ChatModelAgent, Runner
+from waypoint.engine import ChatModelAgent
 from waypoint.engine.models import model_from_env
 
-from ..console import Console, chapter_model, chapter_parser, open_store
+from ..console import Console, chapter_model
 from ..fstools import ProjectRoot
-from .project import check_root, project_agent, project_instruction
-from .session import ChatSession, add_session_options, guarded
+from .project import parse_project_args, project_agent, project_chat, project_parser
+from .session import guarded
 
 AGENT_NAME = "ch04"
 
@@ -33,18 +35,15 @@ def build_agent(*, instruction: str | None = None, model: Any = None, root: Proj
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    root = ProjectRoot()
-    parser = chapter_parser(4, "An agent with filesystem and shell tools, confined to PROJECT_ROOT.", session=True,
-                            instruction=project_instruction(root))
-    args = add_session_options(parser).parse_args(argv)
+    parser = project_parser(4, "An agent with filesystem and shell tools, confined to PROJECT_ROOT.")
+    args = parse_project_args(parser, argv)
     console = Console()
 
     def body() -> int:
-        check_root(root)
-        agent = build_agent(instruction=args.instruction, model=chapter_model(console), root=root)
-        runner = Runner(agent, store=open_store(args.db), streaming=True)
-        return ChatSession(number=4, runner=runner, console=console, banners=[f"Project root: {root.root}"],
-                           takeover=args.takeover, db=args.db).main(args.session)
+        model = chapter_model(console)
+        return project_chat(4, args, console,
+                            lambda root: build_agent(instruction=args.instruction, model=model, root=root),
+                            ).main(args.session)
 
     return guarded(console, body)
 

@@ -26,14 +26,14 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from waypoint.engine import ChatModelAgent, Message, RetryPolicy, Runner, Tool, ToolCall, tool
+from waypoint.engine import ChatModelAgent, Message, RetryPolicy, Tool, ToolCall, tool
 from waypoint.engine.models import OfflineModel, model_from_env
 from waypoint.middleware import ModelRetryMiddleware, SafeToolMiddleware, ToolRetryMiddleware
 
-from ..console import Console, chapter_model, chapter_parser, open_store
+from ..console import Console, chapter_model
 from ..fstools import ProjectRoot, execute_tool
-from .project import check_root, project_agent, project_instruction
-from .session import ChatSession, add_session_options, guarded
+from .project import parse_project_args, project_agent, project_chat, project_parser
+from .session import guarded
 
 AGENT_NAME = "ch05"
 TOOL_RETRY = RetryPolicy(max_attempts=3, initial_interval=0.5, max_interval=5.0)
@@ -119,18 +119,15 @@ def build_agent(*, instruction: str | None = None, model: Any = None, root: Proj
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    root = ProjectRoot()
-    parser = chapter_parser(5, "Chapter 4's agent with safe-tool and retry middleware.", session=True,
-                            instruction=project_instruction(root))
-    args = add_session_options(parser).parse_args(argv)
+    parser = project_parser(5, "Chapter 4's agent with safe-tool and retry middleware.")
+    args = parse_project_args(parser, argv)
     console = Console()
 
     def body() -> int:
-        check_root(root)
-        agent = build_agent(instruction=args.instruction, model=chapter_model(console), root=root)
-        runner = Runner(agent, store=open_store(args.db), streaming=True)
-        return ChatSession(number=5, runner=runner, console=console, banners=[f"Project root: {root.root}"],
-                           takeover=args.takeover, db=args.db).main(args.session)
+        model = chapter_model(console)
+        return project_chat(5, args, console,
+                            lambda root: build_agent(instruction=args.instruction, model=model, root=root),
+                            ).main(args.session)
 
     return guarded(console, body)
 

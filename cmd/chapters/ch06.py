@@ -22,14 +22,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from waypoint.engine import Runner
 from waypoint.engine.models import model_from_env
 from waypoint.middleware import LoggingMiddleware
 
-from .session import ChatSession, add_session_options, guarded
-from ..console import Console, chapter_model, chapter_parser, open_store
+from .session import guarded
+from ..console import Console, chapter_model
 from ..fstools import ProjectRoot
-from .project import check_root, project_agent, project_instruction
+from .project import parse_project_args, project_agent, project_chat, project_parser
 
 __all__ = ["AGENT_NAME", "build_agent", "NodeTrace", "main"]
 
@@ -108,23 +107,19 @@ def build_agent(*, model: Any = None, instruction: str | None = None, root: Proj
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    root = ProjectRoot()
-    parser = chapter_parser(6, "Chapter 6: a callback handler traces the agent's nodes; --log adds structured logs.",
-                            session=True, instruction=project_instruction(root))
+    parser = project_parser(6, "Chapter 6: a callback handler traces the agent's nodes; --log adds structured logs.")
     parser.add_argument("--log", action="store_true", help="log every model and tool call as JSON on stderr")
-    args = add_session_options(parser).parse_args(argv)
+    args = parse_project_args(parser, argv)
     console = Console()
 
     def body() -> int:
-        check_root(root)
-        agent = build_agent(model=chapter_model(console), instruction=args.instruction, root=root, log=args.log)
+        model = chapter_model(console)
         console.note("Tracing: node timings after each turn ([trace] on stderr); structured logs "
                      + ("on ([log] on stderr)" if args.log else "off (pass --log)"), "dim")
         trace = NodeTrace()
-        runner = Runner(agent, store=open_store(args.db), streaming=True, callbacks=[trace], lease_seconds=LEASE_SECONDS)
-        session = ChatSession(number=6, runner=runner, console=console,
-                              banners=[f"Project root: {root.root}"], db=args.db, takeover=args.takeover,
-                              after_turn=lambda: trace.report(console))
+        session = project_chat(6, args, console, lambda root: build_agent(model=model, instruction=args.instruction,
+                                                                          root=root, log=args.log),
+                               callbacks=[trace], lease_seconds=LEASE_SECONDS, after_turn=lambda: trace.report(console))
         return session.main(args.session)
 
     return guarded(console, body)

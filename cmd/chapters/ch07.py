@@ -12,15 +12,14 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from waypoint.engine import Runner
 from waypoint.engine.models import model_from_env
 from waypoint.middleware import ApprovalMiddleware, SafeToolMiddleware
 
 from .approval_prompt import approval_prompt
-from .session import ChatSession, add_session_options, guarded
-from ..console import Console, chapter_model, chapter_parser, open_store
+from .session import guarded
+from ..console import Console, chapter_model
 from ..fstools import ProjectRoot
-from .project import check_root, project_agent, project_instruction
+from .project import parse_project_args, project_agent, project_chat, project_parser
 
 __all__ = ["AGENT_NAME", "build_agent", "main"]
 
@@ -37,19 +36,16 @@ def build_agent(*, model: Any = None, instruction: str | None = None, root: Proj
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    root = ProjectRoot()
-    parser = chapter_parser(7, "Chapter 7: commands run only once you approve them; a pending approval survives "
-                            "a restart.", session=True, instruction=project_instruction(root))
-    args = add_session_options(parser).parse_args(argv)
+    parser = project_parser(7, "Chapter 7: commands run only once you approve them; a pending approval survives "
+                            "a restart.")
+    args = parse_project_args(parser, argv)
     console = Console()
 
     def body() -> int:
-        check_root(root)
-        agent = build_agent(model=chapter_model(console), instruction=args.instruction, root=root)
-        runner = Runner(agent, store=open_store(args.db), streaming=True, lease_seconds=LEASE_SECONDS)
-        session = ChatSession(number=7, runner=runner, console=console,
-                              banners=[f"Project root: {root.root}"], db=args.db, on_pause=approval_prompt,
-                              takeover=args.takeover)
+        model = chapter_model(console)
+        session = project_chat(7, args, console,
+                               lambda root: build_agent(model=model, instruction=args.instruction, root=root),
+                               lease_seconds=LEASE_SECONDS, on_pause=approval_prompt)
         return session.main(args.session)
 
     return guarded(console, body)

@@ -30,15 +30,15 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from waypoint.engine import Message, Runner, Tool, ToolCall, ToolContext, tool
+from waypoint.engine import Message, Tool, ToolCall, ToolContext, tool
 from waypoint.engine.models import model_from_env
 from waypoint.engine.tools import ToolEvent
 from waypoint.middleware import SafeToolMiddleware
 
-from .session import ChatSession, add_session_options, guarded
-from ..console import Console, chapter_model, chapter_parser, open_store
+from .session import guarded
+from ..console import Console, chapter_model
 from ..fstools import ProjectRoot
-from .project import check_root, project_agent, project_instruction
+from .project import parse_project_args, project_agent, project_chat, project_parser
 
 __all__ = ["AGENT_NAME", "build_agent", "BatchPlanner", "RecoveryReport", "main"]
 
@@ -164,27 +164,23 @@ def build_agent(*, model: Any = None, instruction: str | None = None, root: Proj
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    root = ProjectRoot()
-    parser = chapter_parser(9, "Chapter 9: kill the chapter mid-turn (--crash-after N), start it again on the same "
-                            "session, and the turn resumes; finished tool calls do not run again.",
-                            session=True, instruction=project_instruction(root))
+    parser = project_parser(9, "Chapter 9: kill the chapter mid-turn (--crash-after N), start it again on the same "
+                            "session, and the turn resumes; finished tool calls do not run again.")
     parser.add_argument("--crash-after", type=int, default=None, metavar="N",
                         help="SIGKILL this process as its (N+1)-th process_item call starts")
-    args = add_session_options(parser).parse_args(argv)
+    args = parse_project_args(parser, argv)
     if args.crash_after is not None and args.crash_after < 0:
         parser.error("--crash-after takes a number of calls, 0 or more")
     console = Console()
 
     def body() -> int:
-        check_root(root)
         model = chapter_model(console)
         console.note('batch planner: "process a, b and c" runs process_item for each item, one after another', "dim")
-        agent = build_agent(model=model, instruction=args.instruction, root=root, crash_after=args.crash_after)
         report = RecoveryReport()
-        runner = Runner(agent, store=open_store(args.db), streaming=True, callbacks=[report], lease_seconds=LEASE_SECONDS)
-        session = ChatSession(number=9, runner=runner, console=console,
-                              banners=[f"Project root: {root.root}"], db=args.db, takeover=args.takeover,
-                              after_turn=lambda: report.report(console))
+        session = project_chat(9, args, console, lambda root: build_agent(model=model, instruction=args.instruction,
+                                                                          root=root, crash_after=args.crash_after),
+                               callbacks=[report], lease_seconds=LEASE_SECONDS,
+                               after_turn=lambda: report.report(console))
         return session.main(args.session)
 
     return guarded(console, body)

@@ -83,7 +83,8 @@ class ChatSession:
 
     def __init__(self, *, number: int, runner: Any, console: Console, banners: Sequence[str] = (),
                  on_pause: PauseHandler | None = None, after_turn: Callable[[], None] | None = None,
-                 takeover: bool = False, stored: bool = True, db: Path | None = None) -> None:
+                 takeover: bool = False, stored: bool = True, db: Path | None = None,
+                 prepare: Callable[[ChatSession, Any], None] | None = None) -> None:
         self.number = number
         self.runner = runner
         self.console = console
@@ -94,6 +95,12 @@ class ChatSession:
         self.stored = stored
         """False for chapter 2: one conversation in memory, no session to name or come back to."""
         self.db = db
+        self.prepare = prepare
+        """Called with the session and its stored run (None: a new session) once it is read, before anything
+        runs or is printed; it may set `runner`, `banners` and `again`, or refuse with `ChapterError`
+        (chapters 4–10: the runner confined to the session's project root, cmd/chapters/project.py)."""
+        self.again: Callable[[Any], Sequence[str]] | None = None
+        """The options the `Resume with:` line adds, given the session's stored run."""
         self.session_id = ""
         self._said_goodbye = False
 
@@ -158,10 +165,13 @@ class ChatSession:
 
     async def goodbye(self) -> None:
         self._said_goodbye = True
-        if await self.runner.app.get_run(self.session_id) is None:
+        snap = await self.runner.app.get_run(self.session_id)
+        if snap is None:
             self.console.line(f"Session {self.session_id} is empty: nothing was saved.")
             return
-        again = f"waypoint chapter {self.number} --session {shlex.quote(self.session_id)}"
+        extra = self.again(snap) if self.again is not None else ()
+        again = " ".join(map(shlex.quote, ("waypoint", "chapter", str(self.number), "--session", self.session_id,
+                                           *extra)))
         if self.db is not None:
             again += f" --db {shlex.quote(str(self.db))}"
         self.console.line(f"Session saved: {self.session_id}")
@@ -219,6 +229,8 @@ class ChatSession:
             other = f"; it belongs to '{snap.graph}'" if snap.graph else ""
             raise ChapterError(f"checkpoint '{self.session_id}' holds a run that is not a chat session of chapter "
                                f"{self.number}{other}; pick another --session, or leave it out to start a new one")
+        if self.prepare is not None:
+            self.prepare(self, snap)
         if self.stored:
             self.console.line(f"{'Resuming' if snap else 'Created new'} session: {self.session_id}", "bold")
             self.console.line(f"Session title: {_title(snap)}")

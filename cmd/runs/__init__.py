@@ -4,7 +4,8 @@
     waypoint runs show    ID [--version N] [--graph M:A]    one version, decoded and readable
     waypoint runs history ID                                every version, newest first
     waypoint runs resume  ID [--approve IID] [--reject IID --reason R] [--respond IID JSON]
-                             [--graph M:A] [--takeover]     continue it in this process
+                             [--graph M:A] [--takeover] [--project-root DIR]
+                                                            continue it in this process
     waypoint runs delete  ID [--yes]                        remove it (asks on a terminal)
 
 Every command takes `--db PATH` (default `$WAYPOINT_DB`, else `.waypoint/waypoint.db`) and `--json`.
@@ -77,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--graph", metavar="MODULE:ATTR",
                    help="the ChatModelAgent, Graph or CompiledGraph that wrote the run (or a function returning one)")
     p.add_argument("--takeover", action="store_true", help="take over a run whose process died before its lease ran out")
+    p.add_argument("--project-root", type=Path, metavar="DIR",
+                   help="for a chapter session (chapters 4-10) stored without its project root, or whose root is no "
+                        "longer a directory: the directory its tools are confined to (otherwise the stored one is)")
     p = sub.add_parser("delete", parents=[common], help="delete a run: every version, its blobs and its ledger")
     p.add_argument("id")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")

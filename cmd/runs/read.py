@@ -13,12 +13,14 @@ import contextlib
 import importlib
 import sqlite3
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from waypoint.engine import CheckpointMeta, InterruptInfo
 from waypoint.middleware.pending import Pending, classify_interrupt
+
+from ..fstools import stored_root
 
 __all__ = ["RunsError", "StoredRun", "Pending", "opened_store", "check_database", "read_run", "read_version"]
 
@@ -45,6 +47,8 @@ class StoredRun:
     """The shape of the graph that wrote it (what its fingerprint was computed from)."""
     now: float
     """The store's clock when it was read: what its lease is judged by (never this process's clock)."""
+    trace: dict[str, str] = field(default_factory=dict)
+    """What the run stored with this version besides its state (`RunSnapshot.trace`): its project root."""
 
     @property
     def pending(self) -> list[Pending]:
@@ -55,6 +59,19 @@ class StoredRun:
         from waypoint.engine.agents import AgentState
 
         return isinstance(self.state, AgentState)
+
+    @property
+    def project_root(self) -> Path | None:
+        """The project root its tools are confined to, as stored with it (chapters 4–10); None if none is."""
+        return stored_root(self.trace)
+
+    @property
+    def confined(self) -> bool:
+        """Whether its tools are confined to a project root: it stored one, or a waypoint command defines its
+        agent with tools confined to one (then a run stored without its root cannot say which)."""
+        from ..agents import confines_tools
+
+        return self.project_root is not None or (self.is_agent and confines_tools(self.graph))
 
     @property
     def awaits_answer(self) -> bool:
@@ -155,7 +172,7 @@ async def read_version(store: Any, checkpoint_id: str, version: int | None = Non
     return StoredRun(meta=snap.meta, graph=snap.graph or "?", state=snap.state, output=snap.output,
                      done=snap.meta.status == "completed" or snap.output is not None, pending_nodes=snap.pending,
                      interrupts=snap.interrupts, newest=snap.meta.version, structure=snap.structure,
-                     now=await store_clock(store))
+                     now=await store_clock(store), trace=dict(snap.trace))
 
 
 async def read_run(store: Any, checkpoint_id: str, version: int | None = None, *, serializer: Any = None,

@@ -19,7 +19,8 @@ from waypoint.engine.jsonable import jsonable, message_json, output_json, tool_a
 from ..console import Console, compact, hides, visible
 from .read import Pending, StoredRun
 
-__all__ = ["plain", "clock", "iso", "table", "lease_text", "meta_json", "run_json", "show_run"]
+__all__ = ["plain", "clock", "iso", "table", "lease_text", "root_text", "needs_root", "meta_json", "run_json",
+           "show_run"]
 
 _WARNING = ("    ! this call holds invisible or direction-changing characters, shown as \\u codes: it may not do "
             "what it seems to; read it character by character before approving")
@@ -71,6 +72,24 @@ def lease_text(meta: CheckpointMeta, now: float) -> str | None:
     return f"expired at {clock(meta.lease_expires)} (owner {owner}): the process that ran it is gone"
 
 
+def needs_root(run: StoredRun) -> bool:
+    """Whether resuming `run` needs `--project-root`: its tools are confined to a root it cannot name (stored
+    before runs kept their root), or to one that is no longer a directory."""
+    root = run.project_root
+    return run.confined and (root is None or not root.is_dir())
+
+
+def root_text(run: StoredRun) -> str | None:
+    """What `show` says of the project root the run's tools are confined to (None: they are not confined)."""
+    root = run.project_root
+    if root is None:
+        return ("unknown (stored before runs kept their project root): resume with --project-root DIR"
+                if run.confined else None)
+    if not root.is_dir():
+        return f"{root} (no longer a directory: resume with --project-root DIR)"
+    return str(root)
+
+
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     """Left-aligned columns, two spaces apart."""
     widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
@@ -105,7 +124,8 @@ def run_json(run: StoredRun) -> dict[str, Any]:
     """A decoded version, for scripts: the row, the pending interrupts, and the conversation or the state."""
     out = {**meta_json(run.meta, run.now), "graph": run.graph, "kind": "agent" if run.is_agent else "graph",
            "newest_version": run.newest, "pending_nodes": list(run.pending_nodes),
-           "interrupts": [pending_json(p) for p in run.pending]}
+           "interrupts": [pending_json(p) for p in run.pending],
+           "project_root": str(run.project_root) if run.project_root is not None else None}
     if run.is_agent:
         out["messages"] = [message_json(m) for m in run.state.messages]
         out["decisions"] = plain(run.state.decisions)
@@ -129,6 +149,7 @@ def show_run(run: StoredRun, console: Console, *, hint: str) -> None:
               ("step", str(meta.step)),
               ("created", clock(meta.created_at)),
               ("updated", clock(meta.updated_at)),
+              ("root", root_text(run)),
               ("lease", lease_text(meta, run.now)),
               ("error", meta.error and clip(" ".join(meta.error.split()), TEXT_LIMIT)),
               ("origin", meta.origin and f"{meta.origin} " + ("(its state edited from that version)"
@@ -202,7 +223,8 @@ def _show_pending(run: StoredRun, console: Console, hint: str) -> None:
             console.line(_indented(visible(cut(shown)), 6))
         elif p.kind != "pause":
             console.line(visible(f"    info      {cut(as_json(p.info))}"))
-    steps = _next_steps(run, f"{hint} resume {run.meta.checkpoint_id}" + ("" if run.is_agent else " --graph MODULE:ATTR"))
+    resume = f"{hint} resume {run.meta.checkpoint_id}" + ("" if run.is_agent else " --graph MODULE:ATTR")
+    steps = _next_steps(run, resume + (" --project-root DIR" if needs_root(run) else ""))
     if steps:
         console.line()
     for step in steps:
@@ -218,7 +240,7 @@ def _next_steps(run: StoredRun, resume: str) -> list[str]:
     if first is not None and first.kind == "approval":
         steps = [f"approve: {resume} --approve {first.id}", f"reject:  {resume} --reject {first.id} --reason TEXT"]
         return steps + (["(add --graph MODULE:ATTR naming the agent, unless a waypoint command defines it)"]
-                        if run.is_agent else [])
+                        if run.is_agent and not run.confined else [])
     if first is not None:
         return [f"answer:  {resume} --respond {first.id} JSON"]
     if meta.status == "running" and lease_alive(meta, run.now):

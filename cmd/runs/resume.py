@@ -13,6 +13,12 @@ The graph comes from `--graph module:attr` (a `ChatModelAgent`, a `Graph`, a `Co
 zero-argument callable returning one) or, for an agent, from the command that defines the agent the run
 was written by (`find_agent`). Everything the engine would refuse (unknown interrupt ID, a completed run,
 a live lease, another graph) is checked first, so it is refused as one line before anything runs.
+
+A chapter session's tools (chapters 4–10) are confined to the project root stored with the run, whatever
+this process's working directory: the agent is built confined to it, and the resumed run stores it again
+(`RecordRoot`, cmd/fstools.py). A root the run cannot name (stored before runs kept it, or no longer a
+directory) is refused until `--project-root DIR` names it; `--graph`, whose agent waypoint cannot confine,
+is refused for a run that stores a root.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from waypoint.engine import CompiledGraph, Graph, GraphInterrupted, WaypointError
@@ -28,6 +35,7 @@ from waypoint.engine.loading import load_object
 
 from .. import agents as _agents
 from ..console import Console, print_events, visible
+from ..fstools import ProjectRoot, RecordRoot, run_root
 from .read import RunsError, StoredRun, opened_store, read_run, read_version
 from .render import as_json, clock, lease_alive, pending_json, plain, run_json
 
@@ -86,8 +94,9 @@ def load_target(spec: str) -> Any:
     return load_object(spec, option="--graph", kinds=(ChatModelAgent, Graph, CompiledGraph), error=RunsError)
 
 
-def _find_agent(run: StoredRun) -> Any:
-    """The agent a waypoint command defines under the run's graph name; refuses a plain graph's run."""
+def _find_agent(run: StoredRun, given: Path | None) -> tuple[Any, ProjectRoot | None]:
+    """The agent a waypoint command defines under the run's graph name, and the project root its tools are
+    confined to (None: they are not); refuses a plain graph's run, and a root that cannot be known."""
     from waypoint.engine import ChatModelAgent
 
     cid = run.meta.checkpoint_id
@@ -95,22 +104,44 @@ def _find_agent(run: StoredRun) -> Any:
         raise RunsError(f"run {cid!r} was written by graph {run.graph!r}, not by an agent: pass --graph "
                         "module:attr naming that graph (a Graph, a CompiledGraph, or a function returning one)")
     try:
-        agent = _agents.find_agent(run.graph)
+        confined = _agents.confines_tools(run.graph)
+    except Exception as err:
+        raise RunsError(f"looking for agent {run.graph!r} among the waypoint commands failed: {describe(err)}; "
+                        "pass --graph module:attr naming it") from None
+    root = run_root(f"run {cid!r}", run.trace, given=given, error=RunsError) if confined else None
+    if root is None and given is not None:
+        raise RunsError(f"run {cid!r} was written by agent {run.graph!r}, whose tools are not confined to a project "
+                        "root: leave out --project-root (it is for the sessions of chapters 4-10)")
+    try:
+        agent = _agents.find_agent(run.graph) if root is None else _agents.find_agent(run.graph, root=root)
     except Exception as err:
         raise RunsError(f"looking for agent {run.graph!r} among the waypoint commands failed: {describe(err)}; "
                         "pass --graph module:attr naming it") from None
     if not isinstance(agent, ChatModelAgent):
         raise RunsError(f"run {cid!r} was written by agent {run.graph!r}, which no waypoint command defines; "
                         "pass --graph module:attr naming that ChatModelAgent (or a function returning one)")
-    return agent
+    return agent, root
 
 
-def build_app(target: Any, store: Any) -> tuple[Any, Any]:
-    """`(runner or None, compiled graph)` for `target`, writing to `store`."""
+def _check_target(run: StoredRun, args: Any) -> None:
+    """`--graph` builds tools waypoint cannot confine: refused for a run whose tools are confined to a root."""
+    cid = run.meta.checkpoint_id
+    if args.project_root is not None:
+        raise RunsError(f"--project-root is for a chapter session resumed without --graph (run {cid!r}): leave "
+                        "out one of them")
+    if run.project_root is not None:
+        raise RunsError(f"the tools of run {cid!r} are confined to the project root {run.project_root}, and the agent "
+                        "--graph builds is not confined by waypoint: leave out --graph (the agent of the waypoint "
+                        f"command that wrote it, {run.graph!r}, is confined to that root)")
+
+
+def build_app(target: Any, store: Any, *, root: ProjectRoot | None = None) -> tuple[Any, Any]:
+    """`(runner or None, compiled graph)` for `target`, writing to `store`; with `root`, every version the run
+    writes stores the project root its tools are confined to."""
     from waypoint.engine import ChatModelAgent, Runner
 
     if isinstance(target, ChatModelAgent):
-        runner = Runner(target, store=store, streaming=True)
+        runner = Runner(target, store=store, streaming=True, callbacks=[RecordRoot(root)] if root else ())
         return runner, runner.app
     if isinstance(target, Graph):
         return None, target.compile(store=store)
@@ -156,13 +187,18 @@ async def resume_command(args: Any, console: Console, hint: str) -> int:
         runner, app = build_app(target, store) if target is not None else (None, None)
         run = await read_run(store, cid, serializer=app.get_serializer() if app is not None else None, hint=hint)
         _check(run, answers, args.takeover, hint)
+        root = None
         if target is None:
-            runner, app = build_app(_find_agent(run), store)
+            agent, root = _find_agent(run, args.project_root)
+            runner, app = build_app(agent, store, root=root)
+        else:
+            _check_target(run, args)
         _check_graph(run, app, f"--graph {args.graph}" if args.graph else f"agent {run.graph!r} of the waypoint commands")
         out = Console(io.StringIO(), console.err, color=False) if args.json else console
         if not args.json:
+            confined = f", project root {root.root}" if root is not None else ""
             out.line(f"resuming run {visible(cid, strict=True)} ({'agent' if runner else 'graph'} "
-                     f"{visible(run.graph, strict=True)}) in this process" +
+                     f"{visible(run.graph, strict=True)}{visible(confined, strict=True)}) in this process" +
                      "".join(f"; {verb} {iid}" for iid, (verb, _) in answers.items()), "dim")
         # bound to what was read and checked above: the version (nothing changed since) and the digests
         bound = {"takeover": args.takeover, "expected_version": run.meta.version}
@@ -217,7 +253,7 @@ def _report(after: StoredRun | None, error: BaseException | None, decisions: lis
             "checkpoint_id": cid, "status": meta.status, "version": meta.version, "step": meta.step,
             "error": (f"{type(error).__name__}: {error}" if error is not None else meta.error),
             "output": found["output"], "interrupts": [pending_json(p) for p in after.pending],
-            "decisions": plain(decisions)}, ensure_ascii=True))
+            "decisions": plain(decisions), "project_root": found["project_root"]}, ensure_ascii=True))
         return code
     if meta.status == "interrupted" and after.pending:
         ids = ", ".join(p.id for p in after.pending)

@@ -72,6 +72,25 @@ async def until(condition, timeout: float = 20.0) -> None:
         await asyncio.sleep(0.01)
 
 
+def counted(obj, name: str) -> list:
+    """Every call of `obj.<name>` (a coroutine method) from now on, recorded (the call goes through as before)."""
+    calls: list = []
+    inner = getattr(obj, name)
+
+    async def counting(*args, **kwargs):
+        calls.append(args)
+        return await inner(*args, **kwargs)
+
+    setattr(obj, name, counting)
+    return calls
+
+
+async def expired(store, checkpoint_id: str) -> bool:
+    """Whether the run's newest lease has run out on the store's clock."""
+    (meta,) = await store.history(checkpoint_id, limit=1)
+    return meta.lease_expires is not None and meta.lease_expires <= await store.clock()
+
+
 async def running(worker: Worker):
     task = asyncio.create_task(worker.run())
     await asyncio.sleep(0)
@@ -311,10 +330,11 @@ async def test_a_worker_continues_a_crashed_run_nobody_queued_unless_told_not_to
     ghost = Checkpointer(store=qstore, serializer=app.get_serializer(), checkpoint_id="orphan",
                          graph_structure=app.structure, owner="elsewhere:1:ghost", lease_seconds=0.05)
     await ghost.save(RunPosition(pending={"prepare": "o"}, ledger=1, lineage="ghost"), "running")
-    await asyncio.sleep(0.1)  # its lease has expired: its process is gone
+    await until(lambda: expired(qstore, "orphan"))  # its lease has expired: its process is gone
     off = Worker(qstore, [app], poll=0.05, recover=False)
+    looks = counted(off.queue, "_claim")
     task = await running(off)
-    await asyncio.sleep(0.5)  # ten looks at the queue: nothing is queued, so nothing runs
+    await until(lambda: len(looks) >= 10)  # ten looks at the queue: nothing is queued, so nothing runs
     await stopped(off, task)
     assert await queue.status("orphan") is None and calls["prepare", "o"] == 0
     on = Worker(qstore, [app], poll=0.05)
@@ -410,9 +430,15 @@ async def test_a_busy_worker_renews_only_the_claims_of_work_it_is_doing(qstore):
     await queue.submit(app, "busy", "run-busy")
     await until(lambda: calls["prepare", "busy"] > 0)
     await queue.submit("other", "o", "run-orphan")
+    renewals = counted(worker.queue, "_renew")
     (orphan,) = await queue._claim(worker.name, ["other"], 1, 0.6)  # its task died at once
-    await asyncio.sleep(1.0)  # the worker renewed its claims at least twice meanwhile
-    (taken,) = await queue._claim("w2", ["other"], 1, 30.0)
+    seen = len(renewals)
+    await until(lambda: len(renewals) >= seen + 2)  # the worker renewed its claims at least twice meanwhile
+    deadline = time.monotonic() + 10  # its claim (0.6 s, not renewed) lapses: another worker takes it
+    while not (got := await queue._claim("w2", ["other"], 1, 30.0)):
+        assert time.monotonic() < deadline, "the orphan's claim never lapsed: the busy worker kept renewing it"
+        await asyncio.sleep(0.02)
+    (taken,) = got
     assert taken[0] == "run-orphan" and taken[5] == 2
     worker.stop(now=True)
     await asyncio.wait_for(task, 30)

@@ -28,13 +28,22 @@ CALLS = [("GET", "/runs", None), ("GET", "/runs/x", None), ("POST", "/runs", {"i
 
 @pytest.fixture
 def served():
+    from waypoint.service._throttle import Throttle
+
     app = create_app(approval_agent([]), MemoryStore(), auth={TOKEN: {"read", "start", "resume", "delete"},
                                                                READER: {"read"}})
-    with Served(app) as s:
+    app.state.waypoint.gate.throttle = Throttle(free=10_000)  # wrong tokens are what these tests send: not slowed
+    with Served(app) as s:                                   # (the slowing is tested in tests/test_service_limits.py)
         yield s
 
 
-@pytest.mark.parametrize("authorization", [None, f"Bearer {WRONG}", f"Basic {TOKEN}", "Bearer", TOKEN])
+NEAR_MISSES = [TOKEN[:1], TOKEN[:-1], TOKEN + "0", TOKEN[:-1] + chr(ord(TOKEN[-1]) ^ 1), TOKEN.upper(), f" {TOKEN}0",
+               READER[:-1], READER + READER]
+"""A valid token's prefixes, longer strings, one character changed, another case: each is no token."""
+
+
+@pytest.mark.parametrize("authorization", [None, f"Bearer {WRONG}", f"Basic {TOKEN}", "Bearer", TOKEN,
+                                           *(f"Bearer {near}" for near in NEAR_MISSES)])
 def test_every_call_needs_a_valid_bearer_token(served, authorization):
     headers = {"Authorization": authorization} if authorization is not None else {}
     with served.client(token=None) as c:

@@ -5,10 +5,17 @@ step, for any graph) and an agent middleware (`middlewares=[tracing, ...]`: a sp
 tool call, with the GenAI semantic conventions). Put it first among the middlewares, so its tool span
 covers what the others do (an approval's pause, a retry's attempts).
 
-    waypoint.run <graph>                 one per ainvoke / astream / aevents (a start or a resume)
+    waypoint.run <graph>                 one per ainvoke / astream / aevents (a start or a resume);
+    invoke_agent <agent>                   for an agent's graph (gen_ai.operation.name = "invoke_agent")
       waypoint.node <path>               one per node step (a subgraph's nodes nest under its node)
         chat <model>                     one per model call   (gen_ai.operation.name = "chat")
         execute_tool <tool>              one per tool call    (gen_ai.operation.name = "execute_tool")
+
+GenAI attributes follow the OpenTelemetry GenAI semantic conventions (middleware/_genai.py says which);
+messages are recorded in their `role` + `parts` format. A tool call whose result tells of a failure — an MCP
+server's answer marked `isError` — is an error for the trace (status ERROR, `error.type`), though the model
+reads it as a result: a tool says so in `ctx.extra["trace"]`, attributes for its span (`MCPTool` puts the MCP
+conventions' there).
 
 A resumed run's span *links* to the span of the run that wrote the version it continues from — days
 later, in another process: `on_run_start` stores the run span's W3C trace context (`traceparent`) with
@@ -38,12 +45,16 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from waypoint.engine import AgentMiddleware, Interrupt, ToolContext
 from waypoint.engine.task import collecting_attempts
 
+from ._genai import input_messages, output_messages, server_of
+
 __all__ = ["OTelTracing"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()  # W3C traceparent/tracestate only: never baggage
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _NAME_LIMIT = 256
 """Characters kept of a name or ID that reaches an attribute (a model may send 100 kB of tool name)."""
+_TOLD_LIMIT = 32
+"""Attributes kept of what a tool tells its span (`ctx.extra["trace"]`)."""
 
 
 def _safe(text: Any, limit: int = _NAME_LIMIT) -> str:
@@ -64,8 +75,12 @@ class _RunSpans:
 
     span: Any
     attached: Any
+    graph: str = ""
     recording: bool = True
     """False when the run's trace was sampled out: its node spans are then not even created."""
+    agent: bool = False
+    """The graph is an agent's: the span is `invoke_agent <agent>`."""
+    provider: str | None = None
     var_token: Any = None
     nodes: dict[tuple[str, ...], tuple[Any, Any]] = field(default_factory=dict)
 
@@ -92,6 +107,8 @@ class OTelTracing(AgentMiddleware):
         self.node_spans = node_spans
         self.content_limit = content_limit
         self._names: dict[tuple[str, ...], tuple[str, str]] = {}
+        self._agents: set[str] = set()
+        """Graphs seen running an agent: their next runs are `invoke_agent` spans from the start."""
         # The run being traced, as seen from its tasks (concurrent runs sharing this tracer each see their own).
         self._run: contextvars.ContextVar[_RunSpans | None] = contextvars.ContextVar(f"waypoint_otel_{id(self)}",
                                                                                      default=None)
@@ -114,12 +131,35 @@ class OTelTracing(AgentMiddleware):
             attributes["waypoint.run.resumed_from"] = info.resumed_from
         if info.resume_ids:
             attributes["waypoint.resume.ids"] = [_safe(i) for i in info.resume_ids]
-        span = self.tracer.start_span(f"waypoint.run {_safe(info.graph, 64)}", links=links, attributes=attributes)
+        agent = info.graph in self._agents
+        if agent:
+            attributes.update(_agent_attributes(info.graph))
+        name = f"{'invoke_agent' if agent else 'waypoint.run'} {_safe(info.graph, 64)}"
+        span = self.tracer.start_span(name, links=links, attributes=attributes)
         current = trace.set_span_in_context(span)
         if info.checkpoint_id is not None:
             _PROPAGATOR.inject(info.trace, context=current)  # stored with every version this run writes
-        state = _RunSpans(span=span, attached=otel_context.attach(current), recording=span.is_recording())
+        state = _RunSpans(span=span, attached=otel_context.attach(current), graph=info.graph,
+                          recording=span.is_recording(), agent=agent)
         state.var_token = self._run.set(state)
+
+    def _agent_runs(self, agent: str, provider: str | None = None) -> None:
+        """An agent's hook ran: when the run is that agent's own (its graph carries the agent's name; a handoff
+        or an agent used as a tool is not), its span is `invoke_agent <agent>` — renamed now on the first run
+        of that graph in this process, named so from the start after."""
+        state = self._run.get()
+        if state is None or state.graph != agent:
+            return
+        if not state.agent:
+            state.agent = True
+            if len(self._agents) > 4096:
+                self._agents.clear()
+            self._agents.add(agent)
+            state.span.update_name(f"invoke_agent {_safe(agent, 64)}")
+            state.span.set_attributes(_agent_attributes(agent))
+        if provider and state.provider is None:
+            state.provider = provider
+            state.span.set_attribute("gen_ai.provider.name", provider)
 
     def on_run_end(self, info: Any) -> None:
         state = self._run.get()
@@ -187,8 +227,13 @@ class OTelTracing(AgentMiddleware):
 
     # --- model and tool calls (middleware) -----------------------------------------------------------
 
+    async def before_agent(self, ctx: Any) -> None:
+        self._agent_runs(ctx.agent_name)
+
     def wrap_model(self, model: Any, ctx: Any) -> Any:
-        return _TracedModel(model, self, ctx)
+        traced = _TracedModel(model, self, ctx)
+        self._agent_runs(ctx.agent_name, traced.provider)
+        return traced
 
     def wrap_invokable_tool_call(self, endpoint: Any, ctx: ToolContext) -> Any:
         async def traced(arguments_json: str) -> str:
@@ -201,9 +246,11 @@ class OTelTracing(AgentMiddleware):
                     span.set_attribute("waypoint.tool.outcome", "paused")
                     raise
                 except BaseException as err:
+                    self._told(span, ctx)
+                    span.set_attribute("waypoint.tool.outcome", "error")
                     self._failed(span, err)
                     raise
-                span.set_attribute("waypoint.tool.outcome", "ok")
+                self._answered_tool(span, ctx)
                 self._content(span, "gen_ai.tool.call.result", result)
                 return result
 
@@ -213,9 +260,28 @@ class OTelTracing(AgentMiddleware):
         def traced(arguments_json: str) -> AsyncIterator[str]:
             span = self.tracer.start_span(f"execute_tool {_safe(ctx.name, 64)}", attributes=self._tool_attributes(ctx))
             self._content(span, "gen_ai.tool.call.arguments", arguments_json)
-            return self._spanned(span, endpoint(arguments_json), "gen_ai.tool.call.result", "waypoint.tool.outcome")
+            return self._spanned(span, endpoint(arguments_json), ctx)
 
         return traced
+
+    def _told(self, span: Any, ctx: ToolContext) -> str | None:
+        """Put on `span` what the tool told it (`ctx.extra["trace"]`: names and values kept to what an
+        attribute takes); the `error.type` it gave, if any."""
+        told = ctx.extra.get("trace") if isinstance(ctx.extra, dict) else None
+        if not isinstance(told, dict):
+            return None
+        for key, value in list(told.items())[:_TOLD_LIMIT]:
+            if isinstance(key, str) and isinstance(value, (bool, int, float, str)):
+                span.set_attribute(_safe(key, 64), _safe(value) if isinstance(value, str) else value)
+        error = told.get("error.type")
+        return _safe(error, 64) if isinstance(error, str) and error else None
+
+    def _answered_tool(self, span: Any, ctx: ToolContext) -> None:
+        """A call that returned: `ok`, or `error` when the tool said its result tells of a failure."""
+        error = self._told(span, ctx)
+        span.set_attribute("waypoint.tool.outcome", "ok" if error is None else "error")
+        if error is not None:
+            span.set_status(Status(StatusCode.ERROR, error))
 
     def _tool_attributes(self, ctx: ToolContext) -> dict[str, Any]:
         attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": _safe(ctx.name),
@@ -226,9 +292,9 @@ class OTelTracing(AgentMiddleware):
             attributes["waypoint.checkpoint.id"] = _safe(ctx.checkpoint_id)
         return attributes
 
-    async def _spanned(self, span: Any, chunks: AsyncIterator[Any], content_key: str,
-                       outcome_key: str | None) -> AsyncIterator[Any]:
-        """Yield `chunks`, each pulled with `span` current (so calls made meanwhile nest under it); end it."""
+    async def _spanned(self, span: Any, chunks: AsyncIterator[Any], ctx: ToolContext) -> AsyncIterator[Any]:
+        """Yield a streaming tool's `chunks`, each pulled with `span` current (so calls made meanwhile nest under
+        it); end it."""
         seen: list[Any] = []
         iterator = chunks.__aiter__()
         attempts = None
@@ -244,22 +310,21 @@ class OTelTracing(AgentMiddleware):
                         seen.append((attempts.number, chunk))
                     yield chunk
         except Interrupt:
-            if outcome_key:
-                span.set_attribute(outcome_key, "paused")
+            span.set_attribute("waypoint.tool.outcome", "paused")
             raise
         except GeneratorExit:  # the consumer stopped reading: not an error of the call
-            if outcome_key:
-                span.set_attribute(outcome_key, "stopped")
+            span.set_attribute("waypoint.tool.outcome", "stopped")
             raise
         except BaseException as err:
+            self._told(span, ctx)
+            span.set_attribute("waypoint.tool.outcome", "error")
             self._failed(span, err)
             raise
         else:
-            if outcome_key:
-                span.set_attribute(outcome_key, "ok")
+            self._answered_tool(span, ctx)
             last = [chunk for n, chunk in seen if attempts is not None and n == attempts.number]
             if last and isinstance(last[0], str):
-                self._content(span, content_key, "".join(last))
+                self._content(span, "gen_ai.tool.call.result", "".join(last))
         finally:
             span.end()
 
@@ -307,6 +372,7 @@ class _TracedModel:
         self.tracing = tracing
         self.name = getattr(model, "name", type(model).__name__)
         self.provider = _provider(model)
+        self.server = server_of(model)
         self.ctx = ctx
 
     def _start(self, messages: Sequence[Any]) -> Any:
@@ -314,12 +380,14 @@ class _TracedModel:
                                       "waypoint.agent.name": _safe(self.ctx.agent_name)}
         if self.provider:
             attributes["gen_ai.provider.name"] = self.provider
+        if self.server is not None:
+            attributes["server.address"], attributes["server.port"] = _safe(self.server[0]), self.server[1]
         if self.ctx.checkpoint_id is not None:
             attributes["waypoint.checkpoint.id"] = _safe(self.ctx.checkpoint_id)
         span = self.tracing.tracer.start_span(f"chat {_safe(self.name, 64)}", kind=SpanKind.CLIENT,
                                               attributes=attributes)
         if self.tracing.record_content:
-            span.set_attribute("gen_ai.input.messages", _safe(_messages_json(messages), self.tracing.content_limit))
+            self.tracing._content(span, "gen_ai.input.messages", _json(input_messages(messages)))
         return span
 
     def _answered(self, span: Any, message: Any) -> None:
@@ -329,8 +397,12 @@ class _TracedModel:
             span.set_attribute("gen_ai.usage.output_tokens", usage.completion_tokens)
         if getattr(message, "finish_reason", None):
             span.set_attribute("gen_ai.response.finish_reasons", [_safe(message.finish_reason, 64)])
+        for key, field_name in (("gen_ai.response.id", "response_id"), ("gen_ai.response.model", "response_model")):
+            value = getattr(message, field_name, None)
+            if isinstance(value, str) and value:
+                span.set_attribute(key, _safe(value))
         if self.tracing.record_content:
-            span.set_attribute("gen_ai.output.messages", _safe(_messages_json([message]), self.tracing.content_limit))
+            self.tracing._content(span, "gen_ai.output.messages", _json(output_messages(message)))
 
     async def generate(self, messages: Sequence[Any], **options: Any) -> Any:
         span = self._start(messages)
@@ -385,17 +457,9 @@ class _ModelStream:
             span.end()
 
 
-def _messages_json(messages: Sequence[Any]) -> str:
-    """Messages as the GenAI conventions' JSON (role, content, tool calls)."""
-    out = []
-    for m in messages:
-        item: dict[str, Any] = {"role": getattr(m, "role", "")}
-        if getattr(m, "content", ""):
-            item["content"] = m.content
-        calls = getattr(m, "tool_calls", ())
-        if calls:
-            item["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]
-        if getattr(m, "tool_call_id", None):
-            item["tool_call_id"] = m.tool_call_id
-        out.append(item)
-    return json.dumps(out, ensure_ascii=False)
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _agent_attributes(agent: str) -> dict[str, Any]:
+    return {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": _safe(agent)}

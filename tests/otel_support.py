@@ -30,6 +30,7 @@ def span_dicts(exporter: InMemorySpanExporter) -> list[dict[str, Any]]:
         ctx = s.get_span_context()
         out.append({
             "name": s.name,
+            "kind": s.kind.name,
             "trace_id": f"{ctx.trace_id:032x}",
             "span_id": f"{ctx.span_id:016x}",
             "parent": f"{s.parent.span_id:016x}" if s.parent is not None else None,

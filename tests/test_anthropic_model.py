@@ -54,7 +54,8 @@ def assert_key_hidden(err: BaseException) -> None:
 async def test_generate_sends_the_messages_api_request_and_reads_the_answer(model, server):
     server.push(Reply("Hello, world."))
     answer = await model.generate([Message.system("Be brief."), Message.user("hi")])
-    assert answer == Message(role="assistant", content="Hello, world.", usage=USAGE, finish_reason="stop")
+    assert answer == Message(role="assistant", content="Hello, world.", usage=USAGE, finish_reason="stop",
+                             response_id="msg_test", response_model="claude-test")  # the answer's own names
     (sent,) = server.requests
     assert sent.path == "/v1/messages" and "anthropic-version" in sent.headers
     assert KEY in (sent.headers.get("x-api-key"), sent.headers.get("authorization", "").removeprefix("Bearer "))

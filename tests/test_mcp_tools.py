@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -257,11 +259,13 @@ def test_an_approval_in_front_of_an_mcp_call_across_two_processes(tmp_path):
 
 async def test_an_unreachable_server_says_which_and_what_to_do(tmp_path):
     server = MCPServerStdio(sys.executable, ["-c", "import sys; sys.exit(5)"], name="gone", connect_timeout=20)
-    with pytest.raises(MCPConnectionError, match="MCP server 'gone'.*retry"):
+    with pytest.raises(MCPConnectionError, match="MCP server 'gone'.*retry") as caught:
         await server.list_tools()
+    assert "Group" not in str(caught.value)  # what happened, not the SDK's task group around it
     port = free_port()
-    with pytest.raises(MCPConnectionError, match=f"127.0.0.1:{port}"):
+    with pytest.raises(MCPConnectionError, match=f"127.0.0.1:{port}") as caught:
         await MCPServerStreamableHTTP(f"http://user:pw@127.0.0.1:{port}/mcp", connect_timeout=20).list_tools()
+    assert "ConnectionRefusedError" in str(caught.value) and "Group" not in str(caught.value)
 
 
 def results_by_call(events) -> dict[str, str]:
@@ -409,3 +413,86 @@ async def test_an_http_server_that_refuses_the_credentials_is_an_auth_error_not_
     finally:
         proc.kill()
         proc.wait()
+
+
+async def until(condition, within: float, what: str) -> None:
+    """Wait for `condition()` to hold, polling, for at most `within` seconds."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {within:g} s")
+        await asyncio.sleep(0.05)
+
+
+async def test_a_hung_stdio_server_costs_a_call_its_timeout_and_is_replaced_in_the_background(tmp_path):
+    """A server stopped dead (SIGSTOP): the call raises at its timeout, not after the close; the next call gets
+    a new process; the hung one is killed in the background."""
+    journal = tmp_path / "journal"
+    server = stdio(journal, timeout=1, connect_timeout=10)
+    hung = None
+    try:
+        assert await server.call_tool("add", {"a": 1, "b": 1}) == "2"
+        hung = int(lines(journal)[-1].split()[-1])
+        os.kill(hung, signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(MCPTimeoutError, match="MCP server 'test' .*tool 'add' did not answer within 1 s"):
+            await server.call_tool("add", {"a": 2, "b": 2})
+        assert time.monotonic() - started < server.timeout + 3  # measured 1.0 s; before: 10 s (probe + close)
+        started = time.monotonic()
+        assert await server.call_tool("add", {"a": 3, "b": 3}) == "6"
+        assert time.monotonic() - started < server.connect_timeout + 3
+        assert int(lines(journal)[-1].split()[-1]) != hung  # a new process answered
+        await until(lambda: not _alive(hung), server.close_grace + 10, "the hung server process was killed")
+    finally:
+        if hung is not None and _alive(hung):
+            os.kill(hung, signal.SIGKILL)
+        await server.aclose()
+
+
+async def test_a_hung_http_server_costs_a_call_its_timeout_and_the_next_one_says_what_happened(tmp_path):
+    journal, port = tmp_path / "journal", free_port()
+    proc = start_http(journal, port)
+    server = MCPServerStreamableHTTP(f"http://127.0.0.1:{port}/mcp", name="crm", timeout=1, connect_timeout=3)
+    try:
+        assert await server.call_tool("add", {"a": 1, "b": 1}) == "2"
+        proc.send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        with pytest.raises(MCPTimeoutError, match="MCP server 'crm' .*tool 'add' did not answer within 1 s"):
+            await server.call_tool("add", {"a": 2, "b": 2})
+        assert time.monotonic() - started < server.timeout + 3  # measured 1.0 s; before: 21 s
+        started = time.monotonic()
+        with pytest.raises(MCPConnectionError) as caught:  # it answers nothing, not even a new handshake
+            await server.call_tool("add", {"a": 3, "b": 3})
+        assert time.monotonic() - started < server.connect_timeout + 3  # before: 13 s, an ExceptionGroup
+        said = str(caught.value)
+        assert said.startswith(f"MCP server 'crm' (http://127.0.0.1:{port}/mcp) could not be reached within "
+                               "connect_timeout (3 s): the handshake got no answer")
+        assert "the connection before was dropped: it answered nothing within 1 s after a call timed out" in said
+        assert "check that the server runs and is not stuck" in said and "Group" not in said
+        proc.send_signal(signal.SIGCONT)
+        assert await server.call_tool("add", {"a": 5, "b": 6}) == "11"  # back: a new session
+        started = time.monotonic()
+        await server.aclose()
+        assert time.monotonic() - started < server.close_grace + 3  # the closes under way end within their grace
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        await server.aclose()
+        proc.kill()
+        proc.wait()
+
+
+async def test_tools_a_server_runs_only_as_tasks_are_left_out_until_tasks_are_supported(tmp_path, caplog):
+    """On a 2025-11-25 server a tool marked `taskSupport: required` refuses every plain call: never offered."""
+    journal = tmp_path / "journal"
+    server = MCPServerStdio(sys.executable, [str(SERVER), str(journal), "--legacy"], name="legacy")
+    try:
+        with caplog.at_level(logging.WARNING, logger="waypoint.mcp"):
+            tools = {t.name for t in await server.list_tools()}
+        assert "add" in tools and "long_report" not in tools
+        assert "taskSupport: required" in server.skipped["long_report"]
+        assert "does not support yet" in server.skipped["long_report"]
+        assert any("'long_report' left out" in r.getMessage() for r in caplog.records)
+        called = await server.call_tool("long_report", {"topic": "q3"})  # what the model would have met
+        assert called.startswith("[tool error] tool 'long_report':") and "runs only as a task" in called
+    finally:
+        await server.aclose()

@@ -43,7 +43,8 @@ def assert_key_hidden(err: BaseException) -> None:
 async def test_generate_returns_the_assistant_message_with_usage(model, chat_server):
     chat_server.push(Reply("Hello, world."))
     answer = await model.generate([Message.user("hi")])
-    assert answer == Message(role="assistant", content="Hello, world.", usage=USAGE, finish_reason="stop")
+    assert answer == Message(role="assistant", content="Hello, world.", usage=USAGE, finish_reason="stop",
+                             response_id="chatcmpl-test", response_model="test-model")  # the answer's own names
     assert model.name == "test-model"
     (sent,) = chat_server.requests
     assert sent.path == "/v1/chat/completions"

@@ -19,6 +19,7 @@ from waypoint.middleware import OTelTracing, SafeToolMiddleware
 from waypoint.stores import MemoryStore
 
 SCRIPT = Path(__file__).parent / "procs" / "otel_proc.py"
+MCP_SERVER = Path(__file__).parent / "procs" / "mcp_server.py"
 SECRET = "hunter2-SECRET"
 
 
@@ -60,6 +61,7 @@ async def test_a_graph_run_is_a_span_with_a_child_per_node_step_and_errors_set_s
     assert a["status"] == "UNSET" and (a["attributes"]["waypoint.step"], b["attributes"]["waypoint.step"]) == (0, 1)
     assert b["status"] == run["status"] == "ERROR" and b["attributes"]["error.type"] == "NodeError"
     assert run["attributes"]["waypoint.run.status"] == "failed"
+    assert "gen_ai.operation.name" not in run["attributes"]  # a graph, not an agent: no invoke_agent span
     assert SECRET not in everything_recorded(spans)  # an error message may quote what it was given
 
 
@@ -89,7 +91,7 @@ async def test_model_and_tool_calls_follow_the_genai_conventions_and_keep_conten
     events = [e async for e in runner.run(f"define {SECRET}", checkpoint_id="s1")]
     assert events[-1].action.exit
     spans = span_dicts(exporter)
-    (run,) = by_name(spans, "waypoint.run ops")
+    (run,) = by_name(spans, "invoke_agent ops")
     nodes = {s["attributes"]["waypoint.node.path"]: s for s in spans if s["name"].startswith("waypoint.node")}
     chats = by_name(spans, "chat scripted")
     (call,) = by_name(spans, "execute_tool lookup")
@@ -106,10 +108,14 @@ async def test_model_and_tool_calls_follow_the_genai_conventions_and_keep_conten
     assert tool_attrs["gen_ai.tool.call.id"] == "call_1" and tool_attrs["waypoint.tool.rerun"] is False
     assert len(tool_attrs["waypoint.tool.idempotency_key"]) == 32 and tool_attrs["waypoint.checkpoint.id"] == "s1"
     assert run["attributes"]["waypoint.checkpoint.id"] == "s1" and run["attributes"]["waypoint.run.status"] == "completed"
+    assert run["kind"] == "INTERNAL" and {c["kind"] for c in chats} == {"CLIENT"}
+    assert (run["attributes"]["gen_ai.operation.name"], run["attributes"]["gen_ai.agent.name"]) == ("invoke_agent", "ops")
     assert SECRET not in everything_recorded(spans)  # prompts, answers, arguments, results: none of it
 
 
-async def test_record_content_records_messages_arguments_and_results(traced):
+async def test_record_content_records_messages_in_the_genai_format_arguments_and_results(traced):
+    """`gen_ai.input.messages` / `gen_ai.output.messages` as the conventions' JSON schemas have them: `role` and
+    `parts`, tool calls with their arguments as objects, and a `finish_reason` on every output message."""
     provider, exporter = recording_provider()
     tracing = OTelTracing(tracer_provider=provider, record_content=True)
     runner = Runner(agent(scripted(), tracing), callbacks=[tracing])
@@ -118,9 +124,107 @@ async def test_record_content_records_messages_arguments_and_results(traced):
     (call,) = by_name(spans, "execute_tool lookup")
     assert json.loads(call["attributes"]["gen_ai.tool.call.arguments"]) == {"word": SECRET}
     assert call["attributes"]["gen_ai.tool.call.result"] == f"{SECRET} means something"
-    chat = by_name(spans, "chat scripted")[1]["attributes"]
-    assert json.loads(chat["gen_ai.output.messages"]) == [{"role": "assistant", "content": f"It means {SECRET}."}]
-    assert {"role": "user", "content": f"define {SECRET}"} in json.loads(chat["gen_ai.input.messages"])
+    asked, answered = (c["attributes"] for c in by_name(spans, "chat scripted"))
+    request = {"type": "tool_call", "id": "call_1", "name": "lookup", "arguments": {"word": SECRET}}
+    assert json.loads(asked["gen_ai.input.messages"]) == [
+        {"role": "user", "parts": [{"type": "text", "content": f"define {SECRET}"}]}]
+    assert json.loads(asked["gen_ai.output.messages"]) == [
+        {"role": "assistant", "parts": [request], "finish_reason": "tool_call"}]
+    assert json.loads(answered["gen_ai.input.messages"]) == [
+        {"role": "user", "parts": [{"type": "text", "content": f"define {SECRET}"}]},
+        {"role": "assistant", "parts": [request]},
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "call_1",
+                                    "response": f"{SECRET} means something"}]}]
+    assert json.loads(answered["gen_ai.output.messages"]) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": f"It means {SECRET}."}], "finish_reason": "stop"}]
+
+
+class StartNames:
+    """A sampler that samples everything and notes each span's name and attributes at its start."""
+
+    def __init__(self):
+        self.started = []
+
+    def should_sample(self, parent_context, trace_id, name, kind=None, attributes=None, links=None, trace_state=None):
+        from opentelemetry.sdk.trace.sampling import Decision, SamplingResult
+
+        self.started.append((name, dict(attributes or {})))
+        return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes)
+
+    def get_description(self):
+        return "StartNames"
+
+
+async def test_an_agents_run_is_an_invoke_agent_span_named_so_at_its_start_once_the_tracer_knows_the_agent():
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    sampler, exporter = StartNames(), InMemorySpanExporter()
+    provider = TracerProvider(sampler=sampler)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing = OTelTracing(tracer_provider=provider)
+    for _ in range(2):
+        [e async for e in Runner(agent(scripted(), tracing), callbacks=[tracing]).run("define otel")]
+    runs = [(name, attributes) for name, attributes in sampler.started if name.endswith(" ops")]
+    assert [name for name, _ in runs] == ["waypoint.run ops", "invoke_agent ops"]  # renamed once, then known
+    assert runs[1][1]["gen_ai.agent.name"] == "ops" and runs[1][1]["gen_ai.operation.name"] == "invoke_agent"
+    assert [s["name"] for s in span_dicts(exporter) if s["parent"] is None] == ["invoke_agent ops"] * 2
+
+
+async def test_a_model_span_names_the_server_and_the_answer(chat_server):
+    """`server.address` / `server.port` from the model's base URL; `gen_ai.response.id` / `.model` from the answer."""
+    from chat_server import Reply
+
+    from waypoint.engine.models import OpenAIChatModel
+
+    provider, exporter = recording_provider()
+    tracing = OTelTracing(tracer_provider=provider)
+    model = OpenAIChatModel("test-model", base_url=chat_server.base_url, api_key="sk-test", timeout=5.0)
+    for streaming in (False, True):
+        chat_server.push(Reply("hello"))
+        [e async for e in Runner(agent(model, tracing), streaming=streaming, callbacks=[tracing]).run("hi")]
+    for chat in by_name(span_dicts(exporter), "chat test-model"):
+        attributes = chat["attributes"]
+        assert (attributes["server.address"], attributes["server.port"]) == ("127.0.0.1", chat_server.server_address[1])
+        assert (attributes["gen_ai.response.id"], attributes["gen_ai.response.model"]) == ("chatcmpl-test", "test-model")
+        assert attributes["gen_ai.provider.name"] == "openai"
+    (run, _) = by_name(span_dicts(exporter), "invoke_agent ops")
+    assert run["attributes"]["gen_ai.provider.name"] == "openai"
+
+
+async def test_an_mcp_answer_marked_is_error_fails_the_call_for_the_trace_and_is_a_result_for_the_model(tmp_path):
+    """A real MCP server (tests/procs/mcp_server.py): `fail` answers `isError`, `add` answers."""
+    from waypoint.engine.tools import MCPServerStdio
+
+    provider, exporter = recording_provider()
+    tracing = OTelTracing(tracer_provider=provider)
+    server = MCPServerStdio(sys.executable, [str(MCP_SERVER), str(tmp_path / "journal")], name="calc")
+    calls = [ToolCall(id="c1", name="fail", arguments='{"reason": "not today"}'),
+             ToolCall(id="c2", name="add", arguments='{"a": 1, "b": 2}')]
+    try:
+        tools = [t for t in await server.list_tools() if t.name in ("fail", "add")]
+        model = ScriptedChatModel([Message.assistant(tool_calls=calls), "done"])
+        runner = Runner(ChatModelAgent(name="calc", model=model, tools=tools, middlewares=[tracing]),
+                        callbacks=[tracing])
+        events = [e async for e in runner.run("go")]
+    finally:
+        await server.aclose()
+    read = {e.output.message.tool_call_id: e.output.message.content for e in events if e.output and e.output.role == "tool"}
+    assert read["c1"].startswith("[tool error] tool 'fail':") and "refused: not today" in read["c1"]
+    assert read["c2"] == "3"
+    spans = span_dicts(exporter)
+    (failed,) = by_name(spans, "execute_tool fail")
+    (added,) = by_name(spans, "execute_tool add")
+    assert (failed["status"], failed["attributes"]["error.type"]) == ("ERROR", "tool_error")
+    assert failed["attributes"]["waypoint.tool.outcome"] == "error"
+    assert added["status"] == "UNSET" and "error.type" not in added["attributes"]
+    assert added["attributes"]["waypoint.tool.outcome"] == "ok"
+    for span in (failed, added):  # the MCP conventions' attributes, on the one span of the call
+        assert span["attributes"]["mcp.method.name"] == "tools/call"
+        assert span["attributes"]["network.transport"] == "pipe" and span["attributes"]["mcp.protocol.version"]
+    (run,) = by_name(spans, "invoke_agent calc")
+    assert run["status"] == "UNSET" and run["attributes"]["waypoint.run.status"] == "completed"
 
 
 async def test_a_failing_tool_and_model_set_error_status_with_the_error_type(traced):
@@ -146,7 +250,7 @@ async def test_a_failing_tool_and_model_set_error_status_with_the_error_type(tra
     assert failed["status"] == "ERROR" and failed["attributes"]["error.type"] == "ModelError"
     assert failed["attributes"]["http.response.status_code"] == 503
     assert failed["attributes"]["waypoint.error.retryable"] is True
-    assert by_name(spans, "waypoint.run ops")[0]["status"] == "ERROR"
+    assert by_name(spans, "invoke_agent ops")[0]["status"] == "ERROR"
 
     provider, exporter = recording_provider()
     tracing = OTelTracing(tracer_provider=provider)
@@ -238,14 +342,14 @@ def test_a_resumed_run_in_another_process_links_to_the_run_that_paused_it(tmp_pa
     db = tmp_path / "runs.db"
     first = run_proc(db, "ticket-9")
     pending = first["interrupt"]
-    (paused_run,) = by_name(first["spans"], "waypoint.run ops")
+    (paused_run,) = by_name(first["spans"], "invoke_agent ops")
     assert paused_run["attributes"]["waypoint.run.status"] == "interrupted"
     assert paused_run["attributes"]["waypoint.interrupt.ids"] == [pending]
     (asked,) = by_name(first["spans"], "execute_tool execute")
     assert asked["attributes"]["waypoint.tool.outcome"] == "paused"
 
     second = run_proc(db, "ticket-9", "--approve", pending)  # a new process: nothing shared but the file
-    (resumed_run,) = by_name(second["spans"], "waypoint.run ops")
+    (resumed_run,) = by_name(second["spans"], "invoke_agent ops")
     assert resumed_run["trace_id"] != paused_run["trace_id"]  # its own trace (its caller's) ...
     (link,) = resumed_run["links"]  # ... linked to the run that paused it
     assert (link["trace_id"], link["span_id"]) == (paused_run["trace_id"], paused_run["span_id"])
@@ -295,7 +399,7 @@ async def test_a_streaming_tool_is_one_span_and_node_spans_can_be_left_out():
     [e async for e in runner.run("go")]
     spans = span_dicts(exporter)
     assert not [s for s in spans if s["name"].startswith("waypoint.node")]
-    (run,) = by_name(spans, "waypoint.run ops")
+    (run,) = by_name(spans, "invoke_agent ops")
     (call,) = by_name(spans, "execute_tool tail")
     assert call["parent"] == run["span_id"] and call["attributes"]["waypoint.tool.outcome"] == "ok"
     assert call["attributes"]["gen_ai.tool.call.result"] == "app.log: 1\napp.log: 2\n"

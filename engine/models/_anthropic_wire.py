@@ -146,7 +146,13 @@ def message_from_response(response: Any) -> Message:
             reasoning.append(thought)
     return Message(role="assistant", content="".join(text), tool_calls=tuple(calls), usage=_usage(response.usage),
                    finish_reason=FINISH.get(response.stop_reason or "", response.stop_reason),
-                   reasoning=tuple(reasoning))
+                   reasoning=tuple(reasoning), **_answer_names(response))
+
+
+def _answer_names(response: Any) -> dict[str, str | None]:
+    """The response's `id` and `model` when the server sent them as text."""
+    names = {"response_id": getattr(response, "id", None), "response_model": getattr(response, "model", None)}
+    return {k: v if isinstance(v, str) and v else None for k, v in names.items()}
 
 
 @dataclass
@@ -156,6 +162,8 @@ class StreamReader:
     and sent as one chunk when it ends."""
 
     prompt_usage: Any = None
+    names: dict[str, str | None] = field(default_factory=dict)
+    """The response's `id` and `model`, from its `message_start`: given with the last chunk."""
     tools: dict[int, list[Any]] = field(default_factory=dict)
     """block index -> [position among the calls, arguments seen?, the start block's input]"""
     thinking: dict[int, list[Any]] = field(default_factory=dict)
@@ -166,6 +174,7 @@ class StreamReader:
         kind = getattr(event, "type", None)
         if kind == "message_start":
             self.prompt_usage = getattr(event.message, "usage", None)
+            self.names = _answer_names(event.message)
         elif kind == "content_block_start":
             return self._start(event)
         elif kind == "content_block_delta":
@@ -176,7 +185,8 @@ class StreamReader:
             reason = getattr(event.delta, "stop_reason", None)
             self.finished = self.finished or reason is not None
             usage = _usage(self.prompt_usage, getattr(getattr(event, "usage", None), "output_tokens", None) or 0)
-            return [Message(role="assistant", finish_reason=FINISH.get(reason or "", reason), usage=usage)]
+            return [Message(role="assistant", finish_reason=FINISH.get(reason or "", reason), usage=usage,
+                            **self.names)]
         return []
 
     def _start(self, event: Any) -> list[Message]:

@@ -42,7 +42,8 @@ def split_message(message: Message, chunk_size: int | None = None) -> list[Messa
                                                             arguments=args[0] if args else ""),)))
         out += [Message(role=role, tool_calls=(ToolCall(index=call.index, arguments=a),)) for a in args[1:]]
     last = {"usage": message.usage, "finish_reason": message.finish_reason,
-            "tool_call_id": message.tool_call_id, "name": message.name}
+            "tool_call_id": message.tool_call_id, "name": message.name,
+            "response_id": message.response_id, "response_model": message.response_model}
     if not out:
         return [message]
     out[-1] = out[-1].model_copy(update=last)

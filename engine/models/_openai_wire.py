@@ -67,7 +67,14 @@ def message_from_completion(completion: Any) -> Message:
         for i, c in enumerate(choice.message.tool_calls or ())
     )
     return Message(role="assistant", content=choice.message.content or "", tool_calls=calls,
-                   usage=usage_of(completion.usage), finish_reason=choice.finish_reason)
+                   usage=usage_of(completion.usage), finish_reason=choice.finish_reason,
+                   response_id=_name(completion, "id"), response_model=_name(completion, "model"))
+
+
+def _name(answer: Any, field: str) -> str | None:
+    """The answer's `id` / `model` when the server sent one as text (a compatible server may send neither)."""
+    value = getattr(answer, field, None)
+    return value if isinstance(value, str) and value else None
 
 
 def _fragment(call: Any) -> ToolCall:
@@ -88,8 +95,10 @@ def chunks_from_delta(chunk: Any) -> list[Message]:
         content = (delta.content if delta else None) or ""
         calls = tuple(_fragment(c) for c in ((delta.tool_calls if delta else None) or ()))
         if content or calls or choice.finish_reason:
+            finished = {"response_id": _name(chunk, "id"), "response_model": _name(chunk, "model")} \
+                if choice.finish_reason else {}
             out.append(Message(role="assistant", content=content, tool_calls=calls,
-                               finish_reason=choice.finish_reason))
+                               finish_reason=choice.finish_reason, **finished))
     usage = usage_of(getattr(chunk, "usage", None))
     if usage is not None:
         out.append(Message(role="assistant", usage=usage))

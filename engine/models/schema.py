@@ -80,6 +80,10 @@ class Message(BaseModel):
     usage: Usage | None = None
     finish_reason: str | None = None
     reasoning: tuple[Reasoning, ...] = ()
+    response_id: str | None = None
+    """The provider's ID of the answer (`chatcmpl-...`, `msg_...`), when it gave one (traces show it)."""
+    response_model: str | None = None
+    """The model that answered, as the provider names it (it may differ from the one asked for)."""
 
     @classmethod
     def system(cls, content: str) -> Message:
@@ -141,6 +145,8 @@ def concat_messages(chunks: Sequence[Message]) -> Message:
         usage=next((c.usage for c in reversed(chunks) if c.usage is not None), None),
         finish_reason=next((c.finish_reason for c in reversed(chunks) if c.finish_reason), None),
         reasoning=tuple(r for c in chunks for r in c.reasoning),
+        response_id=next((c.response_id for c in chunks if c.response_id), None),
+        response_model=next((c.response_model for c in chunks if c.response_model), None),
     )
 
 

@@ -10,20 +10,27 @@ runs through every middleware, pauses for approval, is recorded in the tool ledg
 What the server says is untrusted, like a model's output:
 
 - listing: a tool whose name is not 1–64 letters, digits, `_` or `-` (after `tool_prefix`), whose schema is
-  not a JSON object schema or is larger than `MAX_SCHEMA_BYTES` / deeper than `MAX_SCHEMA_DEPTH`, or whose
-  name repeats, is left out and named in `server.skipped` (and logged); descriptions are clipped;
+  not a JSON object schema or is larger than `MAX_SCHEMA_BYTES` / deeper than `MAX_SCHEMA_DEPTH`, whose
+  name repeats, or that the server runs only as a task (`execution.taskSupport: required`: tasks are not
+  supported, so every call would fail), is left out and named in `server.skipped` (and logged);
+  descriptions are clipped;
 - results: text blocks joined; images, audio and binary resources described, not inlined; the whole clipped
   to `max_result_chars`; a result marked `isError`, or a JSON-RPC error the server answers with (unknown
-  tool, bad arguments), becomes the call's result, `[tool error] ...`, which the model reads and can act on;
+  tool, bad arguments), becomes the call's result, `[tool error] ...`, which the model reads and can act on
+  — and the call's trace span records it as failed (`ctx.extra["trace"]`, read by `OTelTracing`: the MCP
+  semantic conventions' `error.type` `tool_error` or the JSON-RPC code, `mcp.method.name`, ...);
 - arguments the model wrote are checked before anything is sent (`MCPTool.parse`): nested deeper than
   `MAX_ARGUMENT_DEPTH`, larger than `MAX_ARGUMENT_BYTES` as JSON, holding an unpaired surrogate, NaN or
   Infinity — what the SDK cannot send — is a `ToolArgumentError` the model reads, never a broken connection;
 - every call carries its idempotency key in the request's `_meta` (`IDEMPOTENCY_KEY_META`), so a server can
   apply a call once however often it is sent;
-- no answer within `timeout` raises `MCPTimeoutError` (an `MCPConnectionError` and a `TimeoutError`: the retry
-  middleware's default policy retries it; the call may have run, or still be running): the SDK abandons that
-  one request (sending the server a cancellation) and the connection stays for the other calls on it — it is
-  dropped only when nobody else is using it and it no longer answers at all;
+- `timeout` is what a caller waits for an answer, whatever the transport does: then `MCPTimeoutError` is
+  raised (an `MCPConnectionError` and a `TimeoutError`: the retry middleware's default policy retries it; the
+  call may have run, or still be running). The request is abandoned in the background (the SDK sends the
+  server a cancellation) and the connection stays for the other calls on it; when nobody else is using it,
+  it is checked in the background (a tool listing within a few seconds) and dropped if it answers nothing —
+  calls that come meanwhile wait for that verdict. Opening a connection (a new process for stdio, its
+  handshake) waits at most `connect_timeout`, and says what got no answer;
 - an HTTP 401 / 403 raises `MCPAuthError` (not retried: the same credentials get the same answer);
 - transport failures — the server died, the connection dropped — are not the tool's answer: the call raises
   `MCPConnectionError` (a `ConnectionError`, so the retry middleware's default policy retries it), the
@@ -32,8 +39,11 @@ What the server says is untrusted, like a model's output:
   idempotency key (docs/agents.md).
 
 Connections: one per running event loop, opened by the first call and owned by a task of that loop (the
-SDK's task groups must be entered and left by one task); `aclose()` (or `async with server:`) ends them,
-and so does the end of the loop (`asyncio.run` cancels the task, which stops a stdio server's process).
+SDK's task groups must be entered and left by one task; engine/tools/_mcp_connection.py). A connection that
+is dropped is closed in the background, never on a caller's time (a stdio server's stdin closed, then
+SIGTERM, then SIGKILL; an HTTP session's DELETE, given `close_grace` seconds); `aclose()` (or `async with
+server:`) ends this loop's connection and waits for the closes under way, and the end of the loop ends them
+too (`asyncio.run` cancels the tasks, which stops a stdio server's process).
 """
 
 from __future__ import annotations
@@ -51,6 +61,7 @@ from typing import Any, NoReturn
 from ..errors import WaypointError
 from ..models._outgoing import depth as _depth
 from ..models.schema import ToolInfo
+from ._mcp_connection import Closes, Connection, finished
 from .tool import Tool, ToolArgumentError, ToolContext
 
 __all__ = ["MCPServerStdio", "MCPServerStreamableHTTP", "MCPTool", "MCPConnectionError", "MCPTimeoutError",
@@ -139,84 +150,22 @@ class MCPTool(Tool):
         return arguments
 
     async def invoke(self, args_json: str, ctx: ToolContext) -> str:
-        return await self.server.call_tool(self.remote_name, self.parse(args_json), tool=self.name,
-                                           idempotency_key=ctx.idempotency_key)
-
-
-class _Connection:
-    """One MCP session, owned by a task of the loop it runs in (entered and left by that task)."""
-
-    def __init__(self, server: _MCPServer) -> None:
-        self.server = server
-        self.client: Any = None
-        self.error: BaseException | None = None
-        self.ready = asyncio.Event()
-        self.closing = asyncio.Event()
-        self.task: asyncio.Task | None = None
-        self.in_flight = 0
-        """Requests waiting for their answer on this connection: it is not dropped from under them."""
-        self.refusals = 0
-        """HTTP 401 / 403 answers seen on this connection (counted by the HTTP client's response hook)."""
-        self.refused_status = 0
-
-    async def open(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self._hold(), name=f"mcp:{self.server.name}")
-        try:
-            async with asyncio.timeout(self.server.connect_timeout):
-                await self.ready.wait()
-        except TimeoutError:
-            await self.close()
-            raise MCPConnectionError(
-                f"MCP server '{self.server.name}' ({self.server.target}) did not answer the handshake within "
-                f"{self.server.connect_timeout:g} s — check that it starts, or raise connect_timeout=") from None
-        if self.error is not None:
-            if self.refusals:
-                raise self.server._refused(self.refused_status) from None
-            raise self.server._unreachable(self.error) from self.error
-
-    async def _hold(self) -> None:
-        from mcp import Client
-
-        try:
-            async with Client(self.server._transport(self), read_timeout_seconds=self.server.timeout) as client:
-                self.client = client
-                self.ready.set()
-                await self.closing.wait()
-        except Exception as err:  # noqa: BLE001 - reported to whoever waits on the connection
-            self.error = err
-        finally:
-            self.client = None
-            self.ready.set()
-
-    def refused(self, status: int) -> None:
-        self.refusals += 1
-        self.refused_status = status
-
-    @contextlib.contextmanager
-    def request(self) -> Any:
-        """Count a request in flight for as long as it waits."""
-        self.in_flight += 1
-        try:
-            yield self.client
-        finally:
-            self.in_flight -= 1
-
-    @property
-    def alive(self) -> bool:
-        return self.client is not None and not self.closing.is_set()
-
-    async def close(self) -> None:
-        self.closing.set()
-        if self.task is not None and not self.task.done():
-            await asyncio.wait([self.task], timeout=10)
-            if not self.task.done():
-                self.task.cancel()
+        """The call's result; `ctx.extra["trace"]` tells the call's trace span about it (the MCP semantic
+        conventions' attributes, and `error.type` when the server answered with an error)."""
+        trace: dict[str, Any] = {}
+        ctx.extra["trace"] = trace  # filled as the call goes: kept when it raises
+        return await self.server._call(self.remote_name, self.parse(args_json), self.name, ctx.idempotency_key,
+                                       trace)
 
 
 class _MCPServer:
     """Connection management, tool listing and calls shared by both transports."""
 
     target = ""
+    network_transport = ""
+    """`network.transport` in traces: "pipe" (stdio) or "tcp" (HTTP)."""
+    close_grace = 10.0
+    """Seconds a connection that was open gets to end in order (in the background) before it is cancelled."""
 
     def __init__(self, *, name: str, tool_prefix: str = "", include: Sequence[str] | None = None,
                  exclude: Sequence[str] = (), timeout: float = 60.0, connect_timeout: float = 30.0,
@@ -230,13 +179,20 @@ class _MCPServer:
         self.max_result_chars = max_result_chars
         self.skipped: dict[str, str] = {}
         """Tools of the server that were left out, and why."""
-        self._connections: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Connection] = (
+        self._connections: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Connection] = (
             weakref.WeakKeyDictionary())
         self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = weakref.WeakKeyDictionary()
+        self._dropped: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, str] = weakref.WeakKeyDictionary()
+        """Why each loop's last connection was dropped: the next failure to connect says so."""
+        self._closes = Closes()
         self._guard = threading.Lock()
 
-    def _transport(self, connection: _Connection) -> Any:
+    def _transport(self, connection: Connection) -> Any:
         raise NotImplementedError
+
+    def _trace(self) -> dict[str, Any]:
+        """What every call's trace span is told about the server (MCP semantic conventions)."""
+        return {"mcp.method.name": "tools/call", "network.transport": self.network_transport}
 
     async def __aenter__(self) -> _MCPServer:
         await self._connection()
@@ -246,38 +202,100 @@ class _MCPServer:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """End this loop's connection to the server (a stdio server's process stops)."""
+        """End this loop's connection to the server (a stdio server's process stops) and wait for it — and for
+        connections dropped earlier in this loop — to be closed (each close is bounded)."""
         connection = self._connections.pop(asyncio.get_running_loop(), None)
         if connection is not None:
-            await connection.close()
+            connection.close()
+        await finished(self._closes)
 
-    async def _connection(self) -> _Connection:
+    async def _connection(self) -> Connection:
+        """This loop's connection, opened if need be. Waits at most `connect_timeout` in all: for a check of
+        the connection after a timed-out call, for another caller's handshake, for its own."""
         loop = asyncio.get_running_loop()
         with self._guard:  # loops in other threads may share the server object
             for stale in [other for other in self._locks if other.is_closed()]:
                 self._connections.pop(stale, None)  # its task was cancelled when that loop ended
                 del self._locks[stale]
             lock = self._locks.setdefault(loop, asyncio.Lock())
-        async with lock:
-            connection = self._connections.get(loop)
-            if connection is not None and connection.alive:
-                return connection
-            if connection is not None:
-                await connection.close()
-            connection = _Connection(self)
-            try:
-                await connection.open()
-            except BaseException:
-                await connection.close()
-                raise
-            self._connections[loop] = connection
-            return connection
+        opening: Connection | None = None
+        waited = "the handshake"
+        try:
+            async with asyncio.timeout(self.connect_timeout), lock:
+                connection = self._connections.get(loop)
+                if connection is not None and connection.probe is not None:
+                    waited = "a check of the connection after a call timed out"
+                    await asyncio.wait([connection.probe])  # its verdict: keep the connection or drop it
+                    waited = "the handshake"
+                    connection = self._connections.get(loop)
+                if connection is not None and connection.alive:
+                    return connection
+                if connection is not None:  # it ended on its own (the server exited, the transport broke)
+                    self._drop(connection, f"it ended ({_describe(connection.error)})" if connection.error
+                               else "it ended")
+                opening = Connection(self._transport, label=self.name, close_grace=self.close_grace,
+                                     closes=self._closes)
+                await opening.open()
+                if opening.error is not None:
+                    if opening.refusals:
+                        raise self._refused(opening.refused_status) from None
+                    raise self._unreachable(opening.error) from opening.error
+                self._connections[loop] = opening
+                self._dropped.pop(loop, None)
+                return opening
+        except TimeoutError:
+            if opening is not None:
+                opening.close()
+            raise self._no_answer(loop, waited) from None
+        except BaseException:
+            if opening is not None:
+                opening.close()
+            raise
 
-    async def _drop(self, connection: _Connection) -> None:
+    def _drop(self, connection: Connection, why: str) -> None:
+        """Forget `connection` (the next call opens a new one) and close it in the background."""
         loop = asyncio.get_running_loop()
         if self._connections.get(loop) is connection:
             del self._connections[loop]
-        await connection.close()
+            self._dropped[loop] = why
+        connection.close()
+
+    def _suspect(self, connection: Connection) -> None:
+        """After a timed-out request, check the connection in the background — unless other callers are waiting
+        on it: their answers (or their own timeouts) tell."""
+        if connection.waiting or not connection.alive or connection.probe is not None:
+            return
+        connection.probe = asyncio.get_running_loop().create_task(self._probe(connection),
+                                                                  name=f"mcp-probe:{self.name}")
+
+    async def _probe(self, connection: Connection) -> None:
+        """Drop the connection if it does not answer a tool listing within a few seconds and nobody else uses
+        it (a wedged server: the next call starts a new one); keep it otherwise."""
+        limit = min(self.timeout, _PING_TIMEOUT)
+        failed: Exception | None = None
+        try:  # a listing, not a ping: the 2026-07-28 protocol removed ping
+            await connection.ask(lambda client: client.list_tools(cache_mode="bypass"), limit)
+        except Exception as err:  # noqa: BLE001 - a probe that fails in any way means the same
+            failed = err
+        finally:
+            connection.probe = None
+        if failed is not None and not connection.waiting:
+            why = f"it answered nothing within {limit:g} s after a call timed out"
+            if not isinstance(failed, TimeoutError):
+                why = f"it failed a check after a call timed out ({_describe(failed)})"
+            log.warning("MCP server '%s' (%s): connection dropped: %s", self.name, self.target, why)
+            self._drop(connection, why)
+
+    # --- what went wrong -----------------------------------------------------------------------------
+
+    def _no_answer(self, loop: asyncio.AbstractEventLoop, waited: str) -> MCPConnectionError:
+        before = self._dropped.get(loop)
+        why = f"; the connection before was dropped: {before}" if before else ""
+        return MCPConnectionError(
+            f"MCP server '{self.name}' ({self.target}) could not be reached within connect_timeout "
+            f"({self.connect_timeout:g} s): {waited} got no answer{why} — check that the server runs and is not "
+            "stuck (the next call tries again; ToolRetryMiddleware does this), or raise connect_timeout= for a "
+            "slow start")
 
     def _unreachable(self, err: BaseException, tool: str | None = None) -> MCPConnectionError:
         what = f"the call to tool '{tool}' failed" if tool else "the connection failed"
@@ -303,60 +321,41 @@ class _MCPServer:
             "the call may have run, or still be running, on the server (it was sent a cancellation) — a retry "
             f"(ToolRetryMiddleware retries timeouts) sends it again {again}; raise timeout= if the tool is slow")
 
-    async def _failed(self, connection: _Connection, err: Exception, refusals: int, tool: str | None,
-                      keyed: bool = False) -> NoReturn:
+    def _failed(self, connection: Connection, err: Exception, refusals: int, tool: str | None,
+                keyed: bool = False) -> NoReturn:
         """Raise what a request that failed on `connection` means (`refusals`: the count before it was sent).
 
-        A timeout abandons that one request and keeps the connection for the others; only a transport
-        failure, or a timed-out connection nobody else uses that no longer answers, is dropped."""
+        A timeout abandons that one request and keeps the connection for the others (checked in the
+        background); a transport failure drops it."""
         from mcp import MCPError
         from mcp_types import REQUEST_TIMEOUT
 
         if connection.refusals > refusals:  # an HTTP 401 / 403 answered: the SDK reports it as an internal error
             raise self._refused(connection.refused_status, tool) from None
-        if isinstance(err, MCPError) and err.code == REQUEST_TIMEOUT:
-            await self._probe(connection)
+        if isinstance(err, TimeoutError) or isinstance(err, MCPError) and err.code == REQUEST_TIMEOUT:
+            self._suspect(connection)
             raise self._timed_out(tool, keyed) from err
-        await self._drop(connection)
+        self._drop(connection, f"a request failed ({_describe(err)})")
         raise self._unreachable(err, tool) from err
-
-    async def _probe(self, connection: _Connection) -> None:
-        """After a timeout: drop the connection if nobody else uses it and it does not answer a probe (a request
-        for its tool listing) within a few seconds — a wedged server: the next call starts a new one; keep it
-        otherwise."""
-        if connection.in_flight or not connection.alive:
-            return
-        try:
-            async with asyncio.timeout(min(self.timeout, _PING_TIMEOUT)):
-                with connection.request() as client:  # no ping: the 2026-07-28 protocol removed it
-                    await client.list_tools(cache_mode="bypass")
-        except Exception:  # noqa: BLE001 - a probe that fails in any way means the same
-            if not connection.in_flight:
-                await self._drop(connection)
 
     # --- listing -------------------------------------------------------------------------------------
 
     async def list_tools(self) -> list[MCPTool]:
-        """The server's tools as Waypoint tools (what `skipped` names left out). Raises `MCPConnectionError`."""
+        """The server's tools as Waypoint tools (what `skipped` names left out). Raises `MCPConnectionError`
+        (`MCPTimeoutError` when the listing takes longer than `timeout`)."""
         connection = await self._connection()
-        listed, cursor, refusals = [], None, connection.refusals
+        refusals = connection.refusals
         try:
-            with connection.request() as client:
-                for _ in range(_MAX_PAGES):
-                    page = await client.list_tools(cursor=cursor)
-                    listed.extend(page.tools)
-                    cursor = page.next_cursor
-                    if not cursor:
-                        break
+            listed = await connection.ask(_all_pages, self.timeout)
         except Exception as err:
-            await self._failed(connection, err, refusals, None)
+            self._failed(connection, err, refusals, None)
         self.skipped = {}
         tools: dict[str, MCPTool] = {}
         for remote in listed:
             if self.include is not None and remote.name not in self.include or remote.name in self.exclude:
                 continue
             name = self.tool_prefix + remote.name
-            problem = _problem(name, remote.input_schema, tools)
+            problem = _problem(name, remote, tools)
             if problem is not None:
                 self.skipped[name] = problem
                 log.warning("MCP server '%s': tool %r left out: %s", self.name, name[:80], problem)
@@ -374,46 +373,75 @@ class _MCPServer:
 
         `idempotency_key` goes to the server in the request's `_meta` (`IDEMPOTENCY_KEY_META`). Raises
         `ToolArgumentError` for arguments the SDK cannot send (nothing is sent), `MCPTimeoutError` when no
-        answer comes within `timeout`, `MCPAuthError` on HTTP 401 / 403, `MCPConnectionError` when the
-        transport fails."""
+        answer comes within `timeout` (at that moment: the call is abandoned in the background),
+        `MCPAuthError` on HTTP 401 / 403, `MCPConnectionError` when the server cannot be reached within
+        `connect_timeout` or the transport fails."""
+        return await self._call(remote_name, arguments, tool or remote_name, idempotency_key, {})
+
+    async def _call(self, remote_name: str, arguments: dict[str, Any], tool: str, idempotency_key: str | None,
+                    trace: dict[str, Any]) -> str:
+        """`call_tool`, filling in `trace` for the call's span as it goes (what it holds stays when it raises):
+        the MCP conventions' attributes, and `error.type` when the server answered with an error."""
         from mcp import MCPError
         from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
         from pydantic import ValidationError
 
-        tool = tool or remote_name
         check_arguments(arguments)
         meta = {IDEMPOTENCY_KEY_META: idempotency_key} if idempotency_key else None
+        trace.update(self._trace())
         connection = await self._connection()
+        version = getattr(getattr(connection.client, "session", None), "protocol_version", None)
+        if isinstance(version, str):
+            trace["mcp.protocol.version"] = version
         refusals = connection.refusals
         try:
-            with connection.request() as client:
-                result = await client.call_tool(remote_name, arguments, meta=meta)
+            result = await connection.ask(lambda client: client.call_tool(remote_name, arguments, meta=meta),
+                                          self.timeout)
         except MCPError as err:
             if err.code in (CONNECTION_CLOSED, REQUEST_TIMEOUT) or connection.refusals > refusals or not connection.alive:
-                await self._failed(connection, err, refusals, tool, meta is not None)
+                self._failed(connection, err, refusals, tool, meta is not None)
+            trace["error.type"] = trace["rpc.response.status_code"] = str(err.code)
             return self._error_result(tool, f"the MCP server answered with an error: {err.message}")
         except (ValidationError, RuntimeError) as err:  # an answer the protocol does not allow: it was answered
             if not connection.alive:
-                await self._failed(connection, err, refusals, tool)
+                self._failed(connection, err, refusals, tool)
+            trace["error.type"] = type(err).__name__
             return self._error_result(tool, f"the MCP server's answer could not be read ({_describe(err)}); the "
                                             "call may have run")
-        except Exception as err:  # the transport broke
-            await self._failed(connection, err, refusals, tool)
+        except Exception as err:  # the transport broke, or no answer in time
+            self._failed(connection, err, refusals, tool, meta is not None)
         text = _result_text(result)
-        if result.is_error:
+        if result.is_error:  # the model reads it as a result; for the trace it is a failed call
             text = f"[tool error] tool '{tool}': {text}"
+            trace["error.type"] = "tool_error"
         return _clip(text, self.max_result_chars)
 
     def _error_result(self, tool: str, what: str) -> str:
         return _clip(f"[tool error] tool '{tool}': {what}", self.max_result_chars)
 
 
-def _problem(name: str, schema: Any, seen: Mapping[str, Any]) -> str | None:
+async def _all_pages(client: Any) -> list[Any]:
+    listed: list[Any] = []
+    cursor = None
+    for _ in range(_MAX_PAGES):
+        page = await client.list_tools(cursor=cursor)
+        listed.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    return listed
+
+
+def _problem(name: str, remote: Any, seen: Mapping[str, Any]) -> str | None:
     """Why a listed tool cannot be offered to a model, or None."""
+    schema = remote.input_schema
     if not _NAME.fullmatch(name):
         return "its name must be 1-64 letters, digits, '_' or '-' (use tool_prefix= within that limit)"
     if name in seen:
         return "the server lists this name twice"
+    if getattr(getattr(remote, "execution", None), "task_support", None) == "required":
+        return ("the server runs it only as a task (execution.taskSupport: required), which Waypoint does not "
+                "support yet: every call would fail")
     if not isinstance(schema, dict) or schema.get("type", "object") != "object":
         return "its input schema is not a JSON object schema"
     try:
@@ -451,9 +479,13 @@ def _result_text(result: Any) -> str:
     return "\n".join(parts)
 
 
-def _describe(err: BaseException) -> str:
+def _describe(err: BaseException | None) -> str:
+    """What went wrong, for a message: the error and up to two causes, looking inside exception groups (the
+    SDK's task groups wrap what happened in one)."""
     seen: list[str] = []
     while err is not None and len(seen) < 3:
+        while isinstance(err, BaseExceptionGroup) and err.exceptions:
+            err = err.exceptions[0]
         text = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
         if text not in seen:
             seen.append(text)
@@ -477,11 +509,12 @@ class MCPServerStdio(_MCPServer):
         self.env = dict(env) if env is not None else None
         self.cwd = cwd
         self.target = f"stdio: {command}"
+        self.network_transport = "pipe"
 
     def __repr__(self) -> str:
         return f"MCPServerStdio({self.command!r}, {self.args!r})"
 
-    def _transport(self, connection: _Connection) -> Any:
+    def _transport(self, connection: Connection) -> Any:
         from mcp import StdioServerParameters
 
         return StdioServerParameters(command=self.command, args=self.args, env=self.env, cwd=self.cwd)
@@ -500,16 +533,27 @@ class MCPServerStreamableHTTP(_MCPServer):
         self.url = url
         self.headers = dict(headers or {})
         self.target = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"  # never user:password
+        self.network_transport = "tcp"
+        self.close_grace = 3.0  # an orderly close is one DELETE; a wedged server never answers it
+        try:
+            port = parts.port
+        except ValueError:  # not a port: connecting says so
+            port = None
+        self._address = (parts.hostname or "", port or (443 if parts.scheme == "https" else 80))
 
     def __repr__(self) -> str:
         return f"MCPServerStreamableHTTP({self.target!r})"
 
-    def _transport(self, connection: _Connection) -> Any:
+    def _trace(self) -> dict[str, Any]:
+        host, port = self._address
+        return {**super()._trace(), "server.address": host, "server.port": port}
+
+    def _transport(self, connection: Connection) -> Any:
         return _http(self.url, self.headers, self.timeout, connection)
 
 
 @contextlib.asynccontextmanager
-async def _http(url: str, headers: dict[str, str], timeout: float, connection: _Connection) -> AsyncIterator[Any]:
+async def _http(url: str, headers: dict[str, str], timeout: float, connection: Connection) -> AsyncIterator[Any]:
     """The SDK's streamable-HTTP transport on an HTTP client that sends `headers` and tells `connection` of
     every 401 / 403 (the SDK turns those into a bare 'internal error'); the client is closed after."""
     import httpx2

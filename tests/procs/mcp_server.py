@@ -3,10 +3,13 @@
     python mcp_server.py JOURNAL                 # stdio
     python mcp_server.py JOURNAL --http PORT     # streamable HTTP on 127.0.0.1:PORT (path /mcp)
     python mcp_server.py JOURNAL --http PORT TOKEN   # ... answering 401 without `Authorization: Bearer TOKEN`
+    python mcp_server.py JOURNAL --legacy        # stdio, the 2025-11-25 handshake era only (as most servers are)
 
 Every tool that does something appends a line to JOURNAL (`<tool> <args> <pid>`), so a test can count runs.
 `crash_once` kills the server in the middle of its first call (a marker file next to the journal remembers).
-A few tools are hostile on purpose: a name no model API accepts, a schema too large to offer.
+A few tools are hostile on purpose: a name no model API accepts, a schema too large to offer, and one the
+listing marks as run only as a task (`execution.taskSupport: required`, seen by a 2025-11-25 client) that
+refuses every plain call, as such a server does.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import mcp_types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.utilities.types import Image
 
@@ -136,6 +140,38 @@ _huge.parameters = {"type": "object", "properties": {f"p{i}": {"type": "string",
 
 
 
+@server.tool()
+def long_report(topic: str) -> str:
+    """Runs only as a task: refuses a plain call."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    journal(f"long_report {topic}")
+    raise ToolError("this tool runs only as a task (taskSupport: required); call it with a task")
+
+
+_listed = server.list_tools
+
+
+async def _list_tools():
+    """The listing, with `long_report` marked as run only as a task (a 2026-07-28 connection drops the mark)."""
+    required = mcp_types.ToolExecution(task_support="required")
+    return [t.model_copy(update={"execution": required}) if t.name == "long_report" else t for t in await _listed()]
+
+
+server.list_tools = _list_tools
+
+
+async def serve_legacy() -> None:
+    """stdio in the handshake era only (the SDK's `serve_loop`): the client's `server/discover` probe is refused
+    and it falls back to `initialize`, as with a server on a 2025 SDK."""
+    from mcp.server.runner import serve_loop
+    from mcp.server.stdio import stdio_server
+
+    low = server._lowlevel_server
+    async with stdio_server() as (read, write), low.lifespan(low) as state:
+        await serve_loop(low, read, write, lifespan_state=state, init_options=low.create_initialization_options())
+
+
 def guarded(app, token: str):
     """`app` answering 401 to a request without the token, 403 to any once `revoke` ran."""
     async def asgi(scope, receive, send):
@@ -160,5 +196,9 @@ if __name__ == "__main__":
         uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[3]), log_level="warning")
     elif len(sys.argv) > 3 and sys.argv[2] == "--http":
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[3]))
+    elif len(sys.argv) > 2 and sys.argv[2] == "--legacy":
+        import anyio
+
+        anyio.run(serve_legacy)
     else:
         server.run()

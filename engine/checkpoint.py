@@ -245,8 +245,13 @@ class Checkpointer:
             record["trace"] = self.trace
         header = self.serializer.dumps(record, root=f"checkpoint '{self.checkpoint_id}'")
         self.sent = lease_clock()  # the store stamps the lease no earlier (on its clock): see engine/lease.py
-        await self.store.put(meta, header, content["parts"], blobs, expected_version=self.version,
-                             holder=self.owner if self.holding else None, takeover=self.takeover)
+        stored = await self.store.put(meta, header, content["parts"], blobs, expected_version=self.version,
+                                      holder=self.owner if self.holding else None, takeover=self.takeover,
+                                      fresh=self.created_at is None)
+        if not isinstance(stored, CheckpointMeta) and self.created_at is None:  # a store (or a wrapper of one)
+            found = await self.store.history(self.checkpoint_id, limit=1)      # that returns nothing: read it back
+            stored = found[0] if found and found[0].version == meta.version else None
+        meta = stored if isinstance(stored, CheckpointMeta) else meta  # as the store stamped it (its clock)
         self.holding = running and lease is None
         self.takeover = False
         self.origin = None

@@ -123,9 +123,12 @@ class LeaseLost(CheckpointConflict):
     wherever it is taken over. Raised by the run loop before a step and by `check_lease()` inside a task;
     it passes through the run unwrapped (never a `NodeError`, never stored as the run's failure)."""
 
-    def __init__(self, message: str, *, checkpoint_id: str | None = None) -> None:
+    def __init__(self, message: str, *, checkpoint_id: str | None = None, database: bool = False) -> None:
         super().__init__(message)
         self.checkpoint_id = checkpoint_id
+        self.database = database
+        """The lease was lost because the database did not renew it (renewals failed or got no answer), not
+        because this process was stopped or took too long: a worker does not count it as a failed attempt."""
 
 
 class ProcessStopping(WaypointError):

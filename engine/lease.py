@@ -96,10 +96,10 @@ class LeaseKeeper:
     def check(self) -> None:
         """Raise `LeaseLost` if this process may no longer hold the run's lease."""
         if self.lost is not None:
-            raise LeaseLost(self.lost, checkpoint_id=self.checkpoint_id)
+            raise LeaseLost(self.lost, checkpoint_id=self.checkpoint_id, database=self.database)
         late = lease_clock() - self.held_until
         if late > 0:
-            raise LeaseLost(self._ran_out(late), checkpoint_id=self.checkpoint_id)
+            raise LeaseLost(self._ran_out(late), checkpoint_id=self.checkpoint_id, database=self.database)
 
     def reason(self) -> str | None:
         """Why this process no longer holds the lease (None while it does)."""
@@ -107,6 +107,12 @@ class LeaseKeeper:
             return self.lost
         late = lease_clock() - self.held_until
         return self._ran_out(late) if late > 0 else None
+
+    @property
+    def database(self) -> bool:
+        """Whether the lease was lost because the database did not renew it (it failed or got no answer), not
+        because this process was stopped: for a worker, no failed attempt."""
+        return self._failing is not None
 
     def _ran_out(self, late: float) -> str:
         cause = f"renewals failed: {self._failing}" if self._failing else "the process was stopped or starved"
@@ -153,9 +159,10 @@ class LeaseKeeper:
             log.warning("%s", self.lost)
 
     def failed(self, err: BaseException) -> None:
-        """A renewal raised: said at once; the lease holds until its deadline, and is lost there."""
+        """A renewal raised (or got no answer): said at once; the lease holds until its deadline, and is lost
+        there."""
         first = self._failing is None
-        self._failing = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+        self._failing = _cause(err)
         if first and self.lost is None:
             log.warning("run '%s': its lease could not be renewed (%s); this process holds the run for another "
                         "%.1f s at most and stops there unless a renewal gets through", self.checkpoint_id,
@@ -181,7 +188,8 @@ class _Renewer:
         self.next_look = lease_clock() + self.IDLE
         self.loop = asyncio.new_event_loop()
         self._wake: asyncio.Event | None = None
-        self._renewing: dict[int, asyncio.Task] = {}  # id(store) -> its renewals in flight (one at a time)
+        self._renewing: dict[int, tuple[asyncio.Task, float, Any, list[LeaseKeeper]]] = {}
+        """id(store) -> its renewals in flight (one at a time): the task, when it was sent, the store, its keepers."""
         started = threading.Event()
         threading.Thread(target=self._main, args=(started,), name="waypoint-lease", daemon=True).start()
         started.wait()
@@ -222,12 +230,14 @@ class _Renewer:
             for key, (store, group) in due.items():
                 if key not in self._renewing:  # a store still answering the last renewals is not sent more
                     task = asyncio.ensure_future(self._renew(store, group))
-                    self._renewing[key] = task
+                    self._renewing[key] = (task, lease_clock(), store, group)
                     task.add_done_callback(lambda _, key=key: self._done_renewing(key))
+            self._overdue()
             for k in keepers:
                 k.watch_deadline()
             soonest = [k.due for k in keepers if id(k.store) not in self._renewing]
             soonest += [k.held_until for k in keepers if k.lost is None]
+            soonest += [sent + min(k.interval for k in group) for _, sent, _, group in self._renewing.values()]
             self.next_look = min(soonest + [lease_clock() + self.IDLE])
             try:
                 await asyncio.wait_for(self._wake.wait(), max(0.005, self.next_look - lease_clock()))
@@ -238,6 +248,18 @@ class _Renewer:
     def _done_renewing(self, key: int) -> None:
         self._renewing.pop(key, None)
         self._set()  # its keepers may be due again
+
+    def _overdue(self) -> None:
+        """Renewals that got no answer within their interval count as failed (a connection that hangs — a
+        dropped network flow, a frozen database backend): said at once, and the store's connection for renewals
+        is taken anew before this process claims another run there."""
+        now = lease_clock()
+        for task, sent, store, group in list(self._renewing.values()):
+            waited = now - sent
+            if not task.done() and waited > min(k.interval for k in group):
+                self.reserved.discard(store)
+                for k in group:
+                    k.failed(TimeoutError(f"its renewal got no answer for {waited:.1f} s"))
 
     async def _renew(self, store: Any, keepers: list[LeaseKeeper]) -> None:
         """Renew the leases of `keepers` (all on `store`) in one go. A store slow to answer is waited for (never
@@ -289,6 +311,16 @@ async def reserve(store: Any) -> None:
     await asyncio.wrap_future(future)
 
 
+def _cause(err: BaseException) -> str:
+    """What went wrong, for a log line: the driver's error behind a `StoreUnavailable` (whose own message starts
+    with the store's address), else the error itself; one line, clipped."""
+    inner = err.__cause__ if isinstance(err.__cause__, BaseException) else err
+    sa = getattr(inner, "orig", None)  # SQLAlchemy's DBAPIError wraps the driver's
+    inner = sa if isinstance(sa, BaseException) else inner
+    text = str(inner).strip().splitlines()
+    return f"{type(inner).__name__}: {text[0][:300] if text else ''}"
+
+
 def forget(store: Any) -> None:
     """The process let go of `store`'s connections (closed it): the next `reserve` takes the one for renewals
     again."""
@@ -297,14 +329,18 @@ def forget(store: Any) -> None:
         renewer.reserved.discard(store)
 
 
-def lost(task: asyncio.Task) -> str | None:
+def lost(task: asyncio.Task) -> LeaseLost | None:
     """Why the run the asyncio task `task` executes here no longer holds its lease — refused, or run out at its
-    deadline — or None (it holds it, or `task` executes no run with a lease right now)."""
+    deadline — as the `LeaseLost` its run raises (`.database`: the database did not renew it), or None (it holds
+    it, or `task` executes no run with a lease right now)."""
     renewer = _RENEWER
     if renewer is None or renewer.pid != os.getpid():
         return None
-    reasons = [k.reason() for k in renewer.keepers_of(task)]
-    return reasons[0] if reasons and all(reasons) else None
+    keepers = renewer.keepers_of(task)
+    reasons = [k.reason() for k in keepers]
+    if not keepers or not all(reasons):
+        return None
+    return LeaseLost(reasons[0], checkpoint_id=keepers[0].checkpoint_id, database=keepers[0].database)
 
 
 _RENEWER: _Renewer | None = None

@@ -12,7 +12,10 @@ Guarantees every store gives (tests/test_store_contract.py checks them on every 
    is None) only if `expected_version` is the run's newest version (or the run has none), in one
    atomic step with its blobs. A newer version exists: `CheckpointConflict`. Version
    `expected_version` is gone (the run was deleted or expired meanwhile): `CheckpointNotFound` — a
-   deleted run is never brought back by a late writer. Either way nothing is written.
+   deleted run is never brought back by a late writer — and so is a newest version of another incarnation
+   than the writer's (its `created_at`, which the store stamps from its own clock on a new run's first
+   version, `fresh=True`: a writer of a deleted run is told from the new run on its ID whatever any clock
+   says). Either way nothing is written.
 2a. `put` checks that every part head and every new blob's parent is in the put or already stored;
    if not (pruned meanwhile), it raises `MissingBlobs` naming them and writes nothing; the engine
    then writes the whole version again.
@@ -162,13 +165,17 @@ class CheckPointStore(Protocol):
         expected_version: int | None,
         holder: str | None = None,
         takeover: bool = False,
-    ) -> None:
-        """Write version `meta.version` (== expected_version + 1, or 1) atomically, with its blobs.
+        fresh: bool = False,
+    ) -> CheckpointMeta:
+        """Write version `meta.version` (== expected_version + 1, or 1) atomically, with its blobs, and return
+        its meta as stored.
 
         `parts` maps part names to head blob hashes (every head must be in `blobs` or already
         stored). Raises `CheckpointConflict` if that version exists (someone else wrote first). A lease
         in `meta` is stored as `clock() + (meta.lease_expires - meta.updated_at)` (guarantee 9).
-        `holder` / `takeover`: who writes, checked against the run's lease (guarantee 11).
+        `holder` / `takeover`: who writes, checked against the run's lease (guarantee 11). `fresh`: the
+        version starts a new run (an incarnation): the store stamps its `created_at` from its clock, after
+        the newest version's; otherwise `meta.created_at` must be the newest version's (guarantee 1).
         """
 
     async def renew_lease(self, checkpoint_id: str, version: int, owner: str, seconds: float) -> bool:

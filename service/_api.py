@@ -239,8 +239,7 @@ class _Api:
         try:  # without force, the store refuses a live run in the delete's own transaction, on its own clock
             existed = await self.store.delete(checkpoint_id, force=force)
         except CheckpointConflict as err:
-            return await conflict(self.state, head[0], f"{err}; send force=true to delete it anyway (its process "
-                                  "then writes nothing more for it)")
+            return await conflict(self.state, head[0], f"{err} (DELETE with force=true)")
         if not existed:
             return missing(checkpoint_id)
         running = self.executor.running.get(checkpoint_id)

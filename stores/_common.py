@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from waypoint.engine.errors import (CheckpointConflict, CheckpointCorrupted, CheckpointNotFound, LeaseLost,
                                    StoreUnavailable, clip)
@@ -55,10 +57,14 @@ def no_spare_connection(err: BaseException) -> bool:
 
 
 def unavailable(store: str, err: BaseException) -> StoreUnavailable:
-    """The `StoreUnavailable` a store raises for `err` (chain it: `raise unavailable(...) from err`)."""
+    """The `StoreUnavailable` a store raises for `err` (chain it: `raise unavailable(...) from err`): the driver's
+    own error first (what went wrong), then the store (where)."""
+    inner = getattr(err, "orig", None) or err  # SQLAlchemy's DBAPIError wraps the driver's error
+    text = str(inner).strip().splitlines()
     return StoreUnavailable(
-        f"{store}: the database could not do this now ({type(err).__name__}: {clip(str(err).splitlines()[0] if str(err) else '', 160)}); "
-        "nothing was written. It may pass: try again later (a run that met this is left at its last saved step)"
+        f"the database could not do this now ({type(inner).__name__}: {clip(text[0] if text else '', 200)}; "
+        f"{store}); nothing was written. It may pass: try again later (a run that met this is left at its last "
+        "saved step)"
     )
 
 
@@ -74,13 +80,13 @@ def check_put(meta: CheckpointMeta, expected_version: int | None) -> None:
 
 
 def check_newest(checkpoint_id: str, newest: int | None, expected_version: int | None,
-                 newest_created: float | None = None, created_at: float | None = None) -> None:
+                 newest_created: float | None = None, created_at: float | None = None, fresh: bool = False) -> None:
     """Compare-and-set on the run's newest version; a version that vanished means the run was deleted. A
-    newest version of a run created after the writer's (`newest_created` > `created_at`) means the same: the
-    writer's run was deleted and a new run on the ID reached its version number (a new run written over an
-    old one is always created after it, engine/checkpoint.py)."""
-    if expected_version is not None and newest_created is not None and created_at is not None and (
-            created_at < newest_created):
+    newest version of another incarnation than the writer's (`newest_created` != `created_at`, for a write that
+    does not start a new run, `fresh`) means the same: the writer's run was deleted and a new run on the ID
+    reached its version number. (Incarnations are stamped by the store, from its clock: `incarnation`.)"""
+    if expected_version is not None and newest_created is not None and created_at is not None and not fresh and (
+            created_at != newest_created):
         raise CheckpointNotFound(
             f"run '{checkpoint_id}' at version {newest} is a run started after the one this process was running: "
             "that run was deleted while this process ran it, and its ID was used again; it stays deleted"
@@ -96,6 +102,24 @@ def check_newest(checkpoint_id: str, newest: int | None, expected_version: int |
         )
     if newest > expected_version:
         raise CheckpointConflict(conflict_message(checkpoint_id, expected_version))
+
+
+def incarnation(now: float, newest_created: float | None) -> float:
+    """The `created_at` a store stamps on a new run's first version (`put(..., fresh=True)`): its own clock,
+    and always after the run it is written over — so a writer of a deleted run is told apart from the new run on
+    its ID whatever any writer's clock says."""
+    return now if newest_created is None else max(now, newest_created + 0.001)
+
+
+def stamped(meta: CheckpointMeta, now: float, newest_created: float | None, fresh: bool) -> CheckpointMeta:
+    """`meta` as the store writes it, on its clock `now`: a lease is the duration the writer asked for from now
+    (`lease_expires - updated_at`, both on the writer's clock), a new run's `created_at` its `incarnation`."""
+    changes: dict[str, Any] = {}
+    if meta.lease_expires is not None:
+        changes["lease_expires"] = now + (meta.lease_expires - meta.updated_at)
+    if fresh:
+        changes["created_at"] = incarnation(now, newest_created)
+    return dataclasses.replace(meta, **changes) if changes else meta
 
 
 def check_holder(checkpoint_id: str, status: str | None, owner: str | None, live: bool, holder: str | None,

@@ -60,6 +60,7 @@ from ._common import (
     cursor,
     lost_message,
     needed_blobs,
+    stamped,
 )
 
 SCHEMA_VERSION = 6
@@ -345,7 +346,8 @@ def _blobs(db: DB, checkpoint_id: str, heads: set[str], where: str) -> dict[str,
 
 
 def put(db: DB, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], blobs: Sequence[Blob],
-        expected_version: int | None, holder: str | None = None, takeover: bool = False) -> None:
+        expected_version: int | None, holder: str | None = None, takeover: bool = False,
+        fresh: bool = False) -> CheckpointMeta:
     check_put(meta, expected_version)
     cid = meta.checkpoint_id
     _lock_run(db, cid)  # a delete, prune or other writer of this run cannot slip between the checks and the insert
@@ -357,13 +359,15 @@ def put(db: DB, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], b
     announce = _announce(db, params, meta.version, meta.status, cid)  # in the same round trip
     # one round trip for every check: the newest version (compare-and-set, incarnation, its lease on the store's
     # clock) and the blobs this version points at without carrying them
-    newest, created, status, owner, live, found = db.rows(
-        f"SELECT n.version, n.created_at, n.status, n.lease_owner, CASE WHEN n.lease_expires > {now_sql(db)} THEN 1 "
-        f"ELSE 0 END{found_sql}{announce} FROM (SELECT 1 AS one) d LEFT JOIN (SELECT version, created_at, status, "
-        "lease_owner, lease_expires FROM waypoint_checkpoints WHERE checkpoint_id = :c ORDER BY version DESC LIMIT 1) "
-        "n ON 1 = 1", params)[0][:6]
-    check_newest(cid, newest, expected_version, created, meta.created_at)
+    now = now_sql(db)
+    newest, created, status, owner, live, clock_now, found = db.rows(
+        f"SELECT n.version, n.created_at, n.status, n.lease_owner, CASE WHEN n.lease_expires > {now} THEN 1 "
+        f"ELSE 0 END, {now}{found_sql}{announce} FROM (SELECT 1 AS one) d LEFT JOIN (SELECT version, created_at, "
+        "status, lease_owner, lease_expires FROM waypoint_checkpoints WHERE checkpoint_id = :c ORDER BY version DESC "
+        "LIMIT 1) n ON 1 = 1", params)[0][:7]
+    check_newest(cid, newest, expected_version, created, meta.created_at, fresh)
     check_holder(cid, status, owner, bool(live), holder, takeover)
+    meta = stamped(meta, float(clock_now), created, fresh)
     if found < len(needed):
         present = {h for (h,) in db.rows(f"SELECT hash {in_needed}", params)}
         raise MissingBlobs(cid, set(needed) - present)
@@ -375,17 +379,14 @@ def put(db: DB, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], b
         )
     row: dict[str, Any] = {
         "c": meta.checkpoint_id, "v": meta.version, "s": meta.status, "st": meta.step, "f": meta.fingerprint,
-        "ca": meta.created_at, "ua": meta.updated_at, "lo": meta.lease_owner, "e": meta.error, "o": meta.origin,
-        "hd": header, "p": json.dumps(dict(parts), sort_keys=True)}
-    lease = "NULL"
-    if meta.lease_expires is not None:  # the duration asked for, stamped on the store's clock
-        row["ld"] = float(meta.lease_expires - meta.updated_at)
-        lease = f"{now_sql(db)} + :ld"
+        "ca": meta.created_at, "ua": meta.updated_at, "lo": meta.lease_owner, "le": meta.lease_expires,
+        "e": meta.error, "o": meta.origin, "hd": header, "p": json.dumps(dict(parts), sort_keys=True)}
     inserted = db.run(
         f"INSERT INTO waypoint_checkpoints ({_META_COLUMNS}, header, parts) VALUES "
-        f"(:c, :v, :s, :st, :f, :ca, :ua, :lo, {lease}, :e, :o, :hd, :p) ON CONFLICT DO NOTHING", row)
+        "(:c, :v, :s, :st, :f, :ca, :ua, :lo, :le, :e, :o, :hd, :p) ON CONFLICT DO NOTHING", row)
     if inserted != 1:
         raise CheckpointConflict(conflict_message(meta.checkpoint_id, expected_version))
+    return meta
 
 
 def renew_lease(db: DB, checkpoint_id: str, version: int, owner: str, seconds: float) -> bool:
@@ -551,10 +552,13 @@ class SQLStoreMethods:
         return await self._call(fn, *args, write=True)
 
     async def put(self, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], blobs: Sequence[Blob],
-                  *, expected_version: int | None, holder: str | None = None, takeover: bool = False) -> None:
-        await self._call(put, meta, header, parts, blobs, expected_version, holder, takeover, write=True)
+                  *, expected_version: int | None, holder: str | None = None, takeover: bool = False,
+                  fresh: bool = False) -> CheckpointMeta:
+        stored = await self._call(put, meta, header, parts, blobs, expected_version, holder, takeover, fresh,
+                                  write=True)
         if self.expiry.due():
             await self.expire()
+        return stored
 
     async def renew_lease(self, checkpoint_id: str, version: int, owner: str, seconds: float) -> bool:
         return await self._call(renew_lease, checkpoint_id, version, owner, seconds, write=True)

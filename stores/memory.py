@@ -26,6 +26,7 @@ from ._common import (
     lost_message,
     needed_blobs,
     reachable,
+    stamped,
 )
 
 __all__ = ["MemoryStore"]
@@ -65,21 +66,22 @@ class MemoryStore:
         expected_version: int | None,
         holder: str | None = None,
         takeover: bool = False,
-    ) -> None:
+        fresh: bool = False,
+    ) -> CheckpointMeta:
         check_put(meta, expected_version)
         cid = meta.checkpoint_id
         versions = self._versions.get(cid) or {}
         newest = _newest(versions) if versions else None
         head = versions[newest][0] if newest is not None else None
-        check_newest(cid, newest, expected_version, head.created_at if head is not None else None, meta.created_at)
+        check_newest(cid, newest, expected_version, head.created_at if head is not None else None, meta.created_at,
+                     fresh)
         check_holder(cid, head and head.status, head and head.lease_owner, head is not None and _live(head), holder,
                      takeover)
         stored = self._blobs.get(cid, {})
         missing = {h for h in needed_blobs(parts, blobs) if h not in stored}
         if missing:
             raise MissingBlobs(cid, missing)
-        if meta.lease_expires is not None:  # the duration asked for, on this store's clock (the host's)
-            meta = _replace(meta, lease_expires=time.time() + (meta.lease_expires - meta.updated_at))
+        meta = stamped(meta, time.time(), head.created_at if head is not None else None, fresh)  # this store's clock
         versions = self._versions.setdefault(cid, versions)
         stored = self._blobs.setdefault(cid, stored)
         for blob in blobs:
@@ -87,6 +89,7 @@ class MemoryStore:
         versions[meta.version] = (meta, bytes(header), dict(parts))
         if self.expiry.due():
             await self.expire()
+        return meta
 
     async def renew_lease(self, checkpoint_id: str, version: int, owner: str, seconds: float) -> bool:
         versions = self._versions.get(checkpoint_id) or {}

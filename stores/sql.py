@@ -19,8 +19,10 @@ of one connection, kept open (`reserve_renewals()` takes it up front; checked be
 connection the server dropped is opened again), never on the work's pool — a process whose runs hold every
 pooled connection still renews their leases, and a process that cannot get that connection claims no run.
 A connection the database refuses because it has none to spare ("too many clients", or starting up) is waited
-for, up to `connect_wait` seconds, before the operation fails with `StoreUnavailable`: nothing was sent yet, and
-the work's own pool gives one back soon.
+for, up to `connect_wait` seconds (a renewal: 2 s), before the operation fails with `StoreUnavailable`: nothing
+was sent yet, and the work's own pool gives one back soon. On Postgres every session ends a transaction left
+idle for `idle_in_transaction` seconds (5: a process frozen inside a write must not hold the run's lock, and so
+every other writer of the run, for good) and stops waiting for a lock after `lock_wait` (10).
 """
 
 from __future__ import annotations
@@ -114,11 +116,8 @@ class _Listening:
                 await self.raw.remove_listener(self.channel, self.notified)
         except Exception:  # noqa: BLE001, S110 - the connection is going away either way
             pass
-        try:
-            if self.raw.is_closed():  # never back into the pool: the next checkout would get a dead one
-                await self.conn.invalidate()
-            else:
-                await self.conn.close()
+        try:  # never back into the pool: a connection that listened (or was cut) may be in any state
+            await self.conn.invalidate()
         except Exception:  # noqa: BLE001, S110 - a connection the server dropped cannot be closed cleanly
             pass
 
@@ -134,6 +133,8 @@ async def _dispose_at_shutdown(store: SQLStore, key: Any, engine: Any) -> AsyncI
 
 _RENEWALS = {"pool_size": 1, "max_overflow": 0, "pool_pre_ping": True, "pool_timeout": 5.0}
 """The engine lease renewals run on: one connection, kept open, checked before each use."""
+_RENEWALS_CONNECT_WAIT = 2.0
+"""How long a renewal asks again for a connection the database refused for want of one (after a restart, say)."""
 
 
 @contextlib.asynccontextmanager
@@ -170,7 +171,7 @@ class SQLStore(_sql.SQLStoreMethods):
     """
 
     def __init__(self, url: str, *, busy_timeout: float = 30.0, ttl: float | None = None, connect_wait: float = 10.0,
-                 **engine_options: Any) -> None:
+                 idle_in_transaction: float = 5.0, lock_wait: float = 10.0, **engine_options: Any) -> None:
         from sqlalchemy import text
         from sqlalchemy.engine import make_url
 
@@ -178,6 +179,7 @@ class SQLStore(_sql.SQLStoreMethods):
         self.expiry = Expiry(ttl)
         self.busy_timeout = busy_timeout
         self.connect_wait = connect_wait
+        self.idle_in_transaction, self.lock_wait = idle_in_transaction, lock_wait
         self._text = _text_cache(text)
         self._options = engine_options
         parsed = make_url(url)
@@ -199,6 +201,11 @@ class SQLStore(_sql.SQLStoreMethods):
         from sqlalchemy.ext.asyncio import create_async_engine
 
         options = self._options if kind == "work" else {**self._options, **_RENEWALS}
+        if self.dialect == "postgresql":  # a frozen holder of a run's lock must not hold every other writer for good
+            connect_args = dict(options.get("connect_args") or {})
+            settings = {"idle_in_transaction_session_timeout": str(int(self.idle_in_transaction * 1000)),
+                        "lock_timeout": str(int(self.lock_wait * 1000)), **(connect_args.get("server_settings") or {})}
+            options = {**options, "connect_args": {**connect_args, "server_settings": settings}}
         engine = create_async_engine(self.url, **options)
         if self.dialect == "sqlite":
             sync_engine = engine.sync_engine
@@ -277,7 +284,7 @@ class SQLStore(_sql.SQLStoreMethods):
     async def _transaction(self, fn: Callable[..., T], args: tuple, kind: str = "work") -> T:
         text, dialect = self._text, self.dialect
         engine = await self._engine(kind)
-        wait = self.connect_wait if kind == "work" else 0.0
+        wait = self.connect_wait if kind == "work" else _RENEWALS_CONNECT_WAIT
         if not self._migrated:  # its own transaction: an operation that fails must not roll the schema back
             async with _begin(engine, wait) as conn:
                 await conn.run_sync(lambda sync: _sql.migrate(_Conn(sync, text, dialect), dialect))

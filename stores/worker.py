@@ -303,14 +303,17 @@ class Worker:
         back at once, even while its task is still inside a node: the run goes on elsewhere (or already ended),
         and whoever claims the work next plans from where the run is."""
         while True:
-            try:
+            try:  # each part on its own: one that meets a busy database must not keep the others from trying
                 await self.queue._present(self.name, sorted(self.graphs), self.lease_seconds)
-                for task, item in list(self._tasks.items()):
-                    why = lost_lease(task)
-                    if why is not None and item.token not in self._let_go:
-                        self._let_go.add(item.token)
-                        await self._hand_back(item, 0.0, why, counts=True)
-                tokens = [item.token for item in self._tasks.values() if item.token not in self._let_go]
+            except Exception as err:  # noqa: BLE001 - said; the next look tries again
+                log.warning("worker %s: saying which graphs it serves failed (%s)", self.name, err)
+            for task, item in list(self._tasks.items()):
+                lost = lost_lease(task)
+                if lost is not None and item.token not in self._let_go:
+                    self._let_go.add(item.token)
+                    await self._hand_back(item, 0.0, str(lost), counts=not lost.database)
+            tokens = [item.token for item in self._tasks.values() if item.token not in self._let_go]
+            try:
                 if tokens:
                     await self.queue._renew(tokens, self.lease_seconds)
             except Exception as err:  # noqa: BLE001 - the runs' own leases still protect them
@@ -373,8 +376,8 @@ class Worker:
             delay = min(_BACKOFF[0] * 2 ** item.handbacks, _BACKOFF[1])
             await self._hand_back(item, delay, str(err))
             return
-        except LeaseLost as err:  # this worker lost the run it was running: an attempt that did not end well
-            await self._hand_back(item, 0.0, str(err), counts=True)
+        except LeaseLost as err:  # this worker lost the run it was running: a failed attempt, unless the database
+            await self._hand_back(item, 0.0, str(err), counts=not err.database)  # failed to renew it
             return
         except CheckpointConflict as err:  # another process holds the run: taken again once it lets go
             await self._hand_back(item, 0.0, str(err))
@@ -491,13 +494,13 @@ class Worker:
     async def _persist(self, what: str, write: Any) -> Any:
         """`write()`, tried again on `StoreUnavailable` while this worker's claim may still hold (its claims
         are renewed as long as this task lives); afterwards the claim lapses and the row is claimable."""
-        backoff = _Backoff(self.lease_seconds / 3)
+        backoff, started = _Backoff(self.lease_seconds / 3), time.monotonic()
         for _ in range(64):
             try:
                 return await write()
             except StoreUnavailable as err:
                 delay = backoff.fail()
-                if backoff.waited > self.lease_seconds:
+                if time.monotonic() - started + delay > self.lease_seconds:  # the tries' own waits count too
                     break
                 log.warning("worker %s: %s failed (%s); trying again in %.1f s", self.name, what, err, delay)
                 await asyncio.sleep(delay)

@@ -58,7 +58,7 @@ class CountingStore(MemoryStore):
 
     async def put(self, meta, header, parts, blobs, *, expected_version, **fence):
         self.writes.append(len(header) + sum(len(b.data) for b in blobs))
-        await super().put(meta, header, parts, blobs, expected_version=expected_version, **fence)
+        return await super().put(meta, header, parts, blobs, expected_version=expected_version, **fence)
 
 
 async def test_step_durability_records_every_step_with_status_and_output(tmp_path):
@@ -268,7 +268,7 @@ async def test_a_conversation_of_messages_is_stored_by_appending_and_edits_still
     class Measuring(SQLiteStore):
         async def put(self, meta, header, parts, blobs, *, expected_version, **fence):
             written.append(sum(len(b.data) for b in blobs))
-            await super().put(meta, header, parts, blobs, expected_version=expected_version, **fence)
+            return await super().put(meta, header, parts, blobs, expected_version=expected_version, **fence)
 
     def grow(n, state):
         item = {"mutable": ["a"]} if mutable and n == 0 else Message.user(f"{n:04d}" + "x" * 400)

@@ -259,3 +259,69 @@ async def test_a_step_that_ends_after_this_processs_deadline_is_not_written_thou
         await g.compile(store=store, lease_seconds=0.3).ainvoke(1, checkpoint_id="late-step")
     assert done == [1]
     assert [m.version for m in await store.history("late-step")] == [1]  # the claim, nothing after it
+
+
+async def test_a_call_is_not_started_when_the_record_of_its_start_came_back_after_the_deadline():
+    """The start marker's write passed the store's check, but its answer came back late (the process froze
+    between the write and its commit): by then the lease ran out here, so the call does not start — another
+    process that takes the run over runs it (flagged rerun), once."""
+    ran = []
+
+    class LateStart(Flaky):
+        async def record_call(self, checkpoint_id, version, call_id, result, **fence):
+            wrote = await super().record_call(checkpoint_id, version, call_id, result, **fence)
+            if "|start:" in call_id:
+                await asyncio.sleep(0.6)  # the commit's answer, delayed past this process's deadline
+            return wrote
+
+    @tool
+    async def effect(n: str) -> str:
+        """A side effect."""
+        ran.append(n)
+        return f"did {n}"
+
+    store = LateStart()
+    store.unreachable = True
+    agent = ChatModelAgent(name="late-start", model=ScriptedChatModel([ask("1"), "done"]), tools=[effect])
+    with pytest.raises(LeaseLost, match="lease ran out"):
+        await agent.compile(store=store, lease_seconds=0.3).ainvoke("go", checkpoint_id="late-start")
+    assert ran == []
+
+
+class Hangs(MemoryStore):
+    """A store whose connection for renewals hangs: a renewal is sent and never answered (a dropped network flow,
+    a frozen database backend)."""
+
+    reserved = 0
+
+    async def renew_leases(self, leases):
+        await asyncio.Event().wait()
+
+    async def reserve_renewals(self):
+        self.reserved += 1
+
+
+async def test_a_renewal_that_gets_no_answer_is_said_at_once_and_its_connection_taken_anew(caplog):
+    """No error, no answer: the renewal is counted as failed once its interval passes (logged, naming the run), the
+    lease is lost at its deadline with that cause — not blamed on the process — and the store's connection for
+    renewals is taken again before this process claims another run there."""
+    from waypoint.engine.lease import reserve
+
+    store, done = Hangs(), []
+    with caplog.at_level(logging.WARNING, logger="waypoint.lease"):
+        with pytest.raises(LeaseLost, match="renewals failed: TimeoutError: its renewal got no answer"):
+            await waiting_node(store, lease=0.6, wait=1.2, done=done).ainvoke(1, checkpoint_id="hung")
+    said = [r.getMessage() for r in caplog.records if "'hung'" in r.getMessage()]
+    assert any("could not be renewed (TimeoutError: its renewal got no answer" in m for m in said), said
+    assert done == [] and store.reserved == 1
+    await reserve(store)  # the next claim on this store takes the connection for renewals anew
+    assert store.reserved == 2
+
+
+def test_a_store_that_could_not_do_something_says_the_drivers_error_before_its_address():
+    from waypoint.stores._common import unavailable
+
+    text = str(unavailable("SQLStore('postgresql+asyncpg://user@" + "x" * 300 + "/db')",
+                           ConnectionError('too many connections for role "fleet"')))
+    assert text.startswith('the database could not do this now (ConnectionError: too many connections for role '
+                           '"fleet"'), text

@@ -867,3 +867,32 @@ async def test_a_claim_whose_run_lease_was_lost_is_handed_back_though_its_task_i
             await stopped(second, tasks[1])
         await other.close()
         await mine.close()
+
+
+async def test_a_worker_renews_its_claims_when_saying_which_graphs_it_serves_fails(qstore):
+    """The database refuses the presence write ("too many connections", say): the claims of the work in flight are
+    renewed all the same — one failing write must not let a live worker's claims lapse."""
+    from waypoint.engine import StoreUnavailable
+
+    calls: Counter = Counter()
+    gate = asyncio.Event()
+    app = approval_graph(qstore, calls, gate=gate)
+    worker = Worker(qstore, [app], poll=0.05, lease_seconds=0.6)
+
+    async def refused(*args):
+        raise StoreUnavailable("too many connections for role 'fleet'")
+
+    worker.queue._present = refused
+    renewals = counted(worker.queue, "_renew")
+    task = await running(worker)
+    try:
+        queue = RunQueue(qstore)
+        await queue.submit(app, "p", "run-p")
+        paused = await queue.wait("run-p", timeout=20)
+        await queue.resume("run-p", {paused.interrupts and next(iter(paused.interrupts)): "yes"})
+        await until(lambda: calls["finish", "p"] == 1)  # inside the last node, held by the gate
+        seen = len(renewals)
+        await until(lambda: len(renewals) >= seen + 2)
+    finally:
+        gate.set()
+        await stopped(worker, task)

@@ -73,7 +73,7 @@ async def test_a_run_expired_while_a_resume_claims_it_stays_expired(tmp_path):
         async def put(self, meta, header, parts, blobs, *, expected_version, **fence):
             if self.armed and meta.status == "running":
                 await self.expire(older_than=0, now=time.time() + 1)
-            await super().put(meta, header, parts, blobs, expected_version=expected_version, **fence)
+            return await super().put(meta, header, parts, blobs, expected_version=expected_version, **fence)
 
     store = ExpiringStore()
     calls = Counter()

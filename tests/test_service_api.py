@@ -364,7 +364,7 @@ class _BothReadFirst:
                 await asyncio.wait_for(self.second.wait(), 10)
             else:
                 self.second.set()
-        await self._store.put(meta, header, parts, blobs, expected_version=expected_version, **fence)
+        return await self._store.put(meta, header, parts, blobs, expected_version=expected_version, **fence)
 
 
 def test_the_409_comes_from_the_stores_compare_and_set(tmp_path):
@@ -572,7 +572,7 @@ class _HeldClaims:
     async def put(self, meta, header, parts, blobs, *, expected_version, **fence):
         self.writing.set()
         await self.release.wait()
-        await self._store.put(meta, header, parts, blobs, expected_version=expected_version, **fence)
+        return await self._store.put(meta, header, parts, blobs, expected_version=expected_version, **fence)
 
 
 def test_a_request_given_up_before_the_claim_still_has_its_run_announced_to_the_end():

@@ -385,7 +385,7 @@ class Measuring(SQLiteStore):
 
     async def put(self, meta, header, parts, blobs, *, expected_version, **fence):
         self.written.append(sum(len(b.data) for b in blobs))
-        await super().put(meta, header, parts, blobs, expected_version=expected_version, **fence)
+        return await super().put(meta, header, parts, blobs, expected_version=expected_version, **fence)
 
 
 def log_loop(store, steps: int, *, edit_at: int | None = None, serializer=None):

@@ -149,9 +149,35 @@ async def test_a_writer_of_a_deleted_run_cannot_write_on_a_new_run_that_reached_
     with pytest.raises(CheckpointNotFound, match="started after the one this process was running"):
         await store.put(dataclasses.replace(meta(version=3), created_at=1.0), b"h", {"run": "h-b"}, [],
                         expected_version=2)
-    await store.put(dataclasses.replace(meta(version=3), created_at=9.0), b"h", {"run": "h-b"}, [],
-                    expected_version=2)  # a new run over the one at version 2 (force_new_run)
-    assert [(m.version, m.created_at) for m in await store.history("run-1")] == [(3, 9.0), (2, 5.0), (1, 5.0)]
+    with pytest.raises(CheckpointNotFound, match="started after the one this process was running"):
+        await store.put(dataclasses.replace(meta(version=3), created_at=9.0), b"h", {"run": "h-b"}, [],
+                        expected_version=2)  # not the stored run's incarnation either, whatever its writer's clock
+    stored = await store.put(dataclasses.replace(meta(version=3), created_at=9.0), b"h", {"run": "h-b"}, [],
+                             expected_version=2, fresh=True)  # a new run over the one at version 2 (force_new_run)
+    assert abs(stored.created_at - await store.clock()) < 5  # stamped by the store, on its clock
+    assert [(m.version, m.created_at) for m in await store.history("run-1")] == [(3, stored.created_at), (2, 5.0),
+                                                                                  (1, 5.0)]
+
+
+async def test_a_new_runs_incarnation_is_the_stores_clock_and_after_the_run_it_replaces(store):
+    """A new run's first version (`fresh=True`) is stamped by the store: a writer whose clock is far ahead cannot
+    give its run an incarnation later than a run started after it, and one far behind still writes after the run
+    it replaces — so a late writer of a deleted run is refused whatever the clocks say."""
+    import dataclasses
+
+    first = await store.put(dataclasses.replace(meta(version=1), created_at=time.time() + 3600), b"h", {}, [],
+                            expected_version=None, fresh=True)  # its writer's clock an hour ahead
+    assert abs(first.created_at - await store.clock()) < 5
+    await store.delete("run-1")
+    second = await store.put(dataclasses.replace(meta(version=1), created_at=0.5), b"h", {}, [],
+                             expected_version=None, fresh=True)  # its writer's clock far behind
+    assert second.created_at >= first.created_at
+    with pytest.raises(CheckpointNotFound):  # the deleted run's writer, claiming on the new run's version 1
+        await store.put(dataclasses.replace(meta(version=2), created_at=first.created_at), b"h", {}, [],
+                        expected_version=1)
+    over = await store.put(dataclasses.replace(meta(version=2, status="completed"), created_at=0.1), b"h", {}, [],
+                           expected_version=1, fresh=True)
+    assert over.created_at > second.created_at  # a new run written over another is always after it
 
 
 async def test_a_first_write_conflicts_even_when_version_1_was_pruned(store):
@@ -510,3 +536,24 @@ async def test_renew_leases_answers_each_lease_in_one_call(store):
     assert await store.renew_leases([("run-1", 1, "me", 60.0), ("run-2", 1, "other", 60.0),
                                      ("run-3", 1, "me", 60.0)]) == [True, False, False]
     assert abs((await store.get("run-1")).meta.lease_expires - (await store.clock() + 60.0)) < 5
+
+
+async def test_postgres_a_writer_frozen_inside_its_transaction_holds_the_run_for_seconds_not_for_good(pg_url):
+    """A process frozen while its write holds the run's lock (SIGSTOP, a frozen VM) would block every other writer
+    of the run — a takeover, a force delete — for as long as it stays frozen. The server ends a transaction left
+    idle past `idle_in_transaction` seconds: the lock is let go, and the next writer goes on."""
+    from sqlalchemy import text
+
+    frozen = SQLStore(pg_url, idle_in_transaction=1.0)
+    other = SQLStore(pg_url)
+    await other.put(meta(lease_owner="gone", lease_expires=100.1), b"h", {}, [], expected_version=None)
+    engine = await frozen._engine()
+    conn = await engine.connect()
+    await conn.begin()
+    await conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended('run-1', 0))"))  # then nothing: frozen
+    started = time.monotonic()
+    assert await asyncio.wait_for(other.delete("run-1"), 30)  # waits for the lock, which the server frees
+    assert time.monotonic() - started < 1.0 + 10  # about the idle bound, on a loaded machine too
+    await conn.invalidate()
+    await frozen.close()
+    await other.close()

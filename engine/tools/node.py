@@ -319,6 +319,7 @@ class ToolsNode:
         if ledger is not None and not ctx.rerun and not await ledger.record(f"start:{c.slot}", ctx.idempotency_key):
             raise LeaseLost(f"run '{ctx.checkpoint_id}': tool call {c.call.id!r} was started by another process, which "
                             "runs this step now; this process starts nothing more", checkpoint_id=ctx.checkpoint_id)
+        check_lease()  # the start's commit may have landed late (the process froze inside it): still ours to run?
         await emit_chunk(self._event(c, "start", data=c.call.arguments, rerun=ctx.rerun,
                                      idempotency_key=ctx.idempotency_key))
         stopped = False

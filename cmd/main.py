@@ -16,6 +16,18 @@ from collections.abc import Sequence
 
 CHAPTERS = range(1, 11)
 COMMANDS = ("demo", "chapter", "runs", "worker", "serve")
+CHAPTER_TITLES = {
+    1: "one streamed answer from the model",
+    2: "a chat loop",
+    3: "sessions stored as checkpoint IDs (--session)",
+    4: "filesystem and shell tools confined to PROJECT_ROOT",
+    5: "safe-tool and retry middleware",
+    6: "callbacks: a trace of the agent's boxes",
+    7: "approval that survives quitting",
+    8: "a RAG workflow graph as an approved tool",
+    9: "crash recovery: finished calls do not run again",
+    10: "agents made of agents: a researcher agent as a tool",
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -48,11 +60,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="waypoint", description="Waypoint: checkpointed graph execution.")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="an agent's run paused for approval, resumed by a new process")
-    demo.add_argument("--db", default=None, help="SQLite file (default: .waypoint/demo.db)")
+    demo = sub.add_parser("demo", help="an agent's run paused for approval, resumed by a new process",
+                          description="A tour in three processes on one SQLite file: an agent asks to run a shell "
+                                      "command and its run pauses for approval (the process exits); a new process "
+                                      "resumes it by its checkpoint ID and approves; then the run's stored history. "
+                                      "Runs on the offline model unless OPENAI_API_KEY is set.")
+    demo.add_argument("--db", default=None, help="the SQLite file (default: .waypoint/demo.db, or "
+                                                 ".waypoint/triage-demo.db with --triage)")
     demo.add_argument("--triage", action="store_true", help="the plain-graph tour (no agent)")
-    chapter = sub.add_parser("chapter", help="run a quickstart chapter (1-10)", add_help=False)
-    chapter.add_argument("number", type=int, choices=CHAPTERS, metavar="N")
+    chapter = sub.add_parser("chapter", help="run a quickstart chapter (1-10)",
+                             description="Run quickstart chapter N; `waypoint chapter N --help` shows its options.",
+                             epilog="chapters:\n" + "\n".join(f"  {n:>2}  {t}" for n, t in CHAPTER_TITLES.items()),
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    chapter.add_argument("number", type=int, choices=CHAPTERS, metavar="N", help="the chapter, 1-10")
     for name, text in (("runs", "list, show, resume or delete stored runs"),
                        ("worker", "run queued work from a shared database"),
                        ("serve", "the HTTP service and approval page (the [service] extra)")):

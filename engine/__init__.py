@@ -31,6 +31,7 @@ from .field_mapping import FieldMapping, from_field, map_fields, to_field
 from .graph import END, START, Graph
 from .interrupts import CompositeInterrupt, Interrupt, InterruptCtx, InterruptInfo, StatefulInterrupt
 from .merge import register_merge
+from .pending import Pending
 from .recovery import Recovered, recover
 from .reducers import Update, add_messages, append
 from .nodes import Component, Lambda
@@ -149,6 +150,7 @@ __all__ = [
     "CompositeInterrupt",
     "InterruptCtx",
     "InterruptInfo",
+    "Pending",
     "WaypointError",
     "GraphBuildError",
     "GraphRunError",

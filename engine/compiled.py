@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .checkpoint import Checkpointer
-from .errors import WaypointError
+from .errors import CheckpointNotFound, WaypointError
 from .events import Emitter, Event
 from .interrupts import InterruptInfo
 from .lifecycle import RunOptions, run_graph
 from .mermaid import render
+from .pending import Pending, pending_of
 from .resume import answered_ids, interrupt_info, retire_failed_answers, standing_answers
 from .shape import GraphShape
 from .state_update import update_state
@@ -45,6 +46,14 @@ class RunSnapshot:
     trace: dict[str, str] = field(default_factory=dict)
     """The string map the run that wrote this version stored with it (`RunInfo.trace`: what its hooks put
     there, engine/events.py); empty when it stored none."""
+
+    @property
+    def waits_for(self) -> list[Pending]:
+        """What the run waits for, one `Pending` per interrupt to answer (ID, tool, arguments, digest): empty once
+        it completed, or when it waits for nothing (engine/pending.py)."""
+        if self.meta.status == "completed":
+            return []
+        return [pending_of(ctx) for ctx in self.interrupts.contexts]
 
 
 async def read_run(store: Any, checkpoint_id: str, *, version: int | None = None,
@@ -183,6 +192,19 @@ class CompiledGraph:
                               graph_structure=self.structure)
         loaded = await reader.load(version)
         return None if loaded is None else _snapshot(loaded)
+
+    async def pending(self, checkpoint_id: str) -> list[Pending]:
+        """What the stored run `checkpoint_id` waits for, without resuming it: one `Pending` per interrupt (its ID —
+        what `resume={id: ...}` names —, the tool and arguments of the call it is about, the digest an answer binds
+        to); empty when it waits for nothing (completed, running, failed or cancelled with nothing pending).
+        Raises `CheckpointNotFound` when the store holds no such run."""
+        if self.store is None:
+            raise WaypointError(f"graph '{self.name}': pending() reads a stored run; compile the graph with a store")
+        snap = await self.get_run(checkpoint_id)
+        if snap is None:
+            raise CheckpointNotFound(f"no run '{checkpoint_id}' in this store (graph '{self.name}'): check the ID, "
+                                     "or start a run on it")
+        return snap.waits_for
 
     async def update_state(self, checkpoint_id: str, values: Any, as_node: str | None = None, *,
                            version: int | None = None, expected_version: int | None = None) -> Any:

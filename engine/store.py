@@ -132,6 +132,17 @@ class CheckpointMeta:
     origin: str | None = None
     """Where a fork or a resume from an older version came from (`"<checkpoint_id>@<version>"`)."""
 
+    @property
+    def paused(self) -> bool:
+        """Stored `interrupted` because it paused: it waits for an answer (or for a static pause to be resumed)."""
+        return self.status == "interrupted" and self.error != "cancelled"
+
+    @property
+    def cancelled(self) -> bool:
+        """Stored `interrupted` because its task was cancelled (Ctrl-C, a closed stream): it waits for nothing and
+        continues from its last finished step when resumed."""
+        return self.status == "interrupted" and self.error == "cancelled"
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Checkpoint:

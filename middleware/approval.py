@@ -19,7 +19,7 @@ import difflib
 import fnmatch
 import hashlib
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
 
@@ -60,6 +60,9 @@ class ApprovalInfo(BaseModel):
     """What the person approving sees: the tool, its arguments, and the digest the approval binds to."""
 
     model_config = ConfigDict(frozen=True)
+
+    pending_kind: ClassVar[str] = "approval"
+    """What `Pending.kind` says of a pause with this info (engine/pending.py reads it; it is not stored)."""
 
     tool_name: str
     arguments_json: str

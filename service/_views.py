@@ -59,16 +59,15 @@ def pending_view(ctx: InterruptCtx, version: int | None, paused_at: float | None
     """One interrupt the run waits on: `kind` "approval" (ApprovalMiddleware), "pause" (a static
     interrupt_before / interrupt_after) or "interrupt"; `paused_at` is when the pause was written; `run_path`
     the agents it was raised in, outermost first."""
-    from waypoint.middleware import ApprovalInfo, classify_interrupt
+    from waypoint.middleware import classify_interrupt
 
     p = classify_interrupt(ctx)
     out: dict[str, Any] = {"id": p.id, "kind": p.kind, "address": p.address, "run_path": run_path_of(p.address),
                            "paused_at": paused_at, "version": version}
     if p.tool is not None:
         out.update(tool=p.tool, call_id=p.call_id)
-    if isinstance(p.info, ApprovalInfo):
-        out.update(arguments=tool_arguments(p.info.arguments_json), arguments_json=p.info.arguments_json,
-                   digest=p.info.digest)
+    if p.kind == "approval":
+        out.update(arguments=tool_arguments(p.arguments), arguments_json=p.arguments, digest=p.digest)
     else:
         out["info"] = plain(p.info)
     return out

@@ -6,7 +6,8 @@
                    [--no-recover] [--max-attempts N] [--drain SECONDS]
 
 The token comes from `WAYPOINT_TOKEN` (and `WAYPOINT_READ_TOKEN` for read-only viewers); without one, or
-with one shorter than 16 characters, the command refuses to start. Runs started or resumed over HTTP execute
+with one shorter than 16 characters, the command refuses to start (exit code 2); a port another process listens
+on is one line and exit code 1, before anything starts. Runs started or resumed over HTTP execute
 in this process — or, with `--queue`, in `waypoint worker` processes on the same database (`--db` a
 Postgres URL, or a SQLite file for workers on this machine), whose events reach this service from the store.
 Stopping it (Ctrl-C, SIGTERM) drains: it takes no new connection, lets each run it executes finish the step it
@@ -24,16 +25,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import ipaddress
 import os
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from waypoint.engine import WaypointError
 from waypoint.stores import open_store
 
-from ._auth import MIN_TOKEN_LENGTH, READ_TOKEN_ENV, TOKEN_ENV, Auth, AuthError
+from ._auth import MIN_TOKEN_LENGTH, READ_TOKEN_ENV, TOKEN_ENV, Auth
 from ._guard import MAX_BODY
 from ._recovery import MAX_ATTEMPTS
 from ._protocol import BODY_TIMEOUT, HEADER_TIMEOUT, KEEP_ALIVE, MAX_CONNECTIONS, deadline_protocol
@@ -107,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.queue and args.db == "memory":
             raise ServiceError("--queue needs a database the workers share (a Postgres URL, or a SQLite file), "
                                "not --db memory")
-    except (AuthError, ServiceError, ValueError, OSError) as err:
+    except (WaypointError, ValueError, OSError) as err:  # AuthError, ServiceError, MissingDriver, ...
         print(f"waypoint serve: {err}", file=sys.stderr)
         return 2
     if not _is_loopback(args.host):
@@ -123,12 +127,50 @@ def main(argv: Sequence[str] | None = None) -> int:
                           banner=f"(database {args.db}{'; runs executed by workers' if args.queue else ''}; "
                                  f"token from ${TOKEN_ENV}"
                                  f"{' and $' + READ_TOKEN_ENV if os.environ.get(READ_TOKEN_ENV) else ''})"))
+    except CannotListen as err:  # the address is taken: nothing was started
+        print(f"waypoint serve: {err}", file=sys.stderr)
+        return 1
     except ServiceError as err:
         print(f"waypoint serve: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         pass
     return 0
+
+
+class CannotListen(ServiceError):
+    """The address and port cannot be bound (another process listens there, or the address is not this
+    machine's)."""
+
+
+def listen(host: str, port: int) -> list[socket.socket]:
+    """Sockets bound to every address `host` names (as asyncio's `create_server` binds them), before anything
+    starts — so a port in use is one line (`CannotListen`), not uvicorn's startup and shutdown around a
+    traceback. Port 0: any free one, the same on every address."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as err:
+        raise CannotListen(f"cannot listen on {host}:{port}: {err.strerror}; pass --host with an address of this "
+                           "machine") from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            if port == 0 and len(sockets) > 1:
+                address = (address[0], sockets[0].getsockname()[1], *address[2:])
+            sock.bind(address)
+    except OSError as err:
+        for sock in sockets:
+            sock.close()
+        taken = err.errno == errno.EADDRINUSE
+        raise CannotListen(f"cannot listen on {host}:{port}: {err.strerror}" + (
+            " (another process listens there: stop it, or pass another --port; --port 0 takes any free one)"
+            if taken else "")) from None
+    return sockets
 
 
 async def serve(targets: Any, store: Any, *, host: str = "127.0.0.1", port: int = 8000, auth: Any = None,
@@ -144,15 +186,17 @@ async def serve(targets: Any, store: Any, *, host: str = "127.0.0.1", port: int 
     `recover`, `max_attempts`: automatic recovery; `drain_seconds`: the drain when stopped (`create_app`)."""
     import uvicorn
 
-    app = create_app(targets, store, auth=auth, max_body=max_body, session_ttl=session_ttl, queue=queue,
-                     recover=recover, max_attempts=max_attempts, drain_seconds=drain_seconds)
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
-                            http=deadline_protocol(header_timeout, body_timeout), timeout_keep_alive=keep_alive,
-                            limit_concurrency=max_connections,
-                            timeout_graceful_shutdown=3)  # event streams never end by themselves
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
+    sockets: list[socket.socket] = []
     try:
+        sockets = listen(host, port)  # first: a port in use starts nothing (no recovery, no lifespan)
+        app = create_app(targets, store, auth=auth, max_body=max_body, session_ttl=session_ttl, queue=queue,
+                         recover=recover, max_attempts=max_attempts, drain_seconds=drain_seconds)
+        config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
+                                http=deadline_protocol(header_timeout, body_timeout), timeout_keep_alive=keep_alive,
+                                limit_concurrency=max_connections,
+                                timeout_graceful_shutdown=3)  # event streams never end by themselves
+        server = uvicorn.Server(config)
+        task = asyncio.create_task(server.serve(sockets=sockets))
         while not server.started and not task.done():
             await asyncio.sleep(0.02)
         if server.started:
@@ -162,6 +206,8 @@ async def serve(targets: Any, store: Any, *, host: str = "127.0.0.1", port: int 
                   flush=True)
         await task
     finally:
+        for sock in sockets:
+            sock.close()
         await store.close()
 
 

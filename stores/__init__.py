@@ -16,13 +16,13 @@ from .sqlite import SQLiteStore
 
 if TYPE_CHECKING:
     from .queue import QueueError, QueueTimeout, RunQueue, WorkStatus
-    from .sql import SQLStore
+    from .sql import MissingDriver, SQLStore
     from .worker import Worker
 
 __all__ = ["MemoryStore", "SQLiteStore", "SQLStore", "open_store", "RunQueue", "WorkStatus", "Worker", "QueueError",
-           "QueueTimeout"]
+           "QueueTimeout", "MissingDriver"]
 
-_LAZY = {"SQLStore": "sql", "RunQueue": "queue", "WorkStatus": "queue", "QueueError": "queue",
+_LAZY = {"SQLStore": "sql", "MissingDriver": "sql", "RunQueue": "queue", "WorkStatus": "queue", "QueueError": "queue",
          "QueueTimeout": "queue", "Worker": "worker"}
 
 

@@ -3,8 +3,9 @@
 It runs the same SQL as `SQLiteStore` (stores/_sql.py) inside `engine.begin()`; adding a database is
 adding its dialect's column types there plus a conformance-test run. For SQLite URLs every
 transaction starts with `BEGIN IMMEDIATE` (SQLAlchemy's documented recipe for pysqlite/aiosqlite), WAL
-and a busy timeout are set on connect. SQLAlchemy is imported when the first store is created, never
-by `import waypoint.stores`.
+and a busy timeout are set on connect. SQLAlchemy and the URL's driver are imported when the first store is
+created, never by `import waypoint.stores`; a driver that is not installed is `MissingDriver` there, naming
+the extra to install (at a connection it would pass for a database that is down).
 
 **One engine per event loop.** An asyncpg connection belongs to the event loop that opened it, and a
 store is used from several: `invoke()` runs `asyncio.run` per call, and the lease thread renews leases
@@ -38,9 +39,29 @@ from waypoint.engine.errors import WaypointError
 from . import _sql
 from ._common import Expiry, no_spare_connection, passing, unavailable
 
-__all__ = ["SQLStore"]
+__all__ = ["SQLStore", "MissingDriver"]
 
 T = TypeVar("T")
+
+_EXTRAS = {"asyncpg": "postgres"}
+"""The extra of waypoint-graph that installs a driver (pyproject.toml)."""
+
+
+class MissingDriver(WaypointError):
+    """The URL names a database driver this Python cannot import: nothing can connect; the message says what to
+    install."""
+
+
+def _check_driver(url: Any, label: str) -> None:
+    """Refuse a URL whose driver is not installed now, once, naming what to install — not at every connection,
+    where it would read as a database that is down (a worker would wait for it for good)."""
+    try:
+        url.get_dialect().import_dbapi()
+    except ImportError as err:
+        driver = url.get_driver_name()
+        extra = _EXTRAS.get(driver)
+        how = f"install the {extra} extra: pip install '.[{extra}]'" if extra else f"install the {driver} package"
+        raise MissingDriver(f"{label} needs the {driver} driver, which is not installed ({err}); {how}") from None
 
 
 class _Conn:
@@ -187,6 +208,7 @@ class SQLStore(_sql.SQLStoreMethods):
         self._label = f"SQLStore({parsed.render_as_string(hide_password=True)!r})"
         if self.dialect not in _sql._BINARY:
             raise ValueError(f"SQLStore supports sqlite and postgresql URLs, not {self.dialect!r} ({url})")
+        _check_driver(parsed, self._label)
         self._lock = threading.Lock()
         self._engines: dict[tuple[Any, str], tuple[Any, Any]] = {}  # (loop, "work" | "renewals") -> (engine, closer)
         self._migrated = False

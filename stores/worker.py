@@ -78,6 +78,8 @@ _FOREIGN_MAX = 500
 _RESERVE_SECONDS = 10.0
 """How long a worker waits for its connection for lease renewals before it says so and tries again later."""
 _NOTES: set[asyncio.Task] = set()
+_WHAT = {"start": "start", "start-over": "start over", "resume": "resume"}
+"""What a claimed item asks, as its log line says it."""
 
 
 @dataclass(frozen=True)
@@ -285,6 +287,8 @@ class Worker:
         return list(self._foreign)
 
     def _start(self, item: _Item) -> None:
+        log.info("worker %s: claimed run '%s': %s (graph '%s'), attempt %d", self.name, item.checkpoint_id,
+                 _WHAT.get(item.kind, item.kind), item.graph, item.attempt)
         task = asyncio.create_task(self._work(item), name=f"waypoint-work:{item.checkpoint_id}",
                                    context=self.shutdown.context())
         self._tasks[task] = item

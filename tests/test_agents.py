@@ -480,6 +480,72 @@ async def test_leaving_an_agent_runs_events_early_cancels_the_run_and_saves_it()
     assert (meta.status, meta.error) == ("interrupted", "cancelled")
 
 
+async def test_what_a_run_waits_for_reads_by_name_and_a_cancelled_run_waits_for_nothing():
+    """`event.pending` / `runner.pending(id)`: the paused calls with tool, arguments, digest and interrupt ID, without
+    digging through `action.interrupted.contexts[0].info`; a paused run and a cancelled one (both stored
+    `interrupted`) are told apart by `meta.paused` / `meta.cancelled`, not by reading `meta.error`."""
+    import hashlib
+
+    from waypoint.engine import CheckpointNotFound
+    from waypoint.middleware import ApprovalMiddleware, ApprovalResult
+
+    ran: list[str] = []
+    gate = asyncio.Event()
+
+    @tool
+    def execute(command: str) -> str:
+        """Run a command."""
+        ran.append(command)
+        return f"ran {command}"
+
+    @tool
+    def confirm(amount: int) -> str:
+        """Asks a person first."""
+        if not get_resume_context()[0]:
+            raise Interrupt({"confirm": amount})
+        return "confirmed"
+
+    @tool
+    async def slow() -> str:
+        """Slow."""
+        await gate.wait()
+        return "never"
+
+    store = MemoryStore()
+    model = ScriptedChatModel([ask(("execute", {"command": "ls"}), ("confirm", {"amount": 5})), "done",
+                               ask(("slow", {}))])
+    agent = ChatModelAgent(name="w", model=model, tools=[execute, confirm, slow],
+                           middlewares=[ApprovalMiddleware(tools={"execute"})])
+    runner = Runner(agent, store=store)
+    paused = [e async for e in runner.run("go", checkpoint_id="p") if e.pending]
+    (event,) = paused
+    assert event.action.paused and event.action.interrupted is not None  # the engine's InterruptInfo stays
+    own, approval = sorted(event.pending, key=lambda p: p.tool)  # confirm, execute
+    assert (approval.kind, approval.tool, approval.call_id, approval.arguments) == (
+        "approval", "execute", "call_1", '{"command": "ls"}')
+    assert approval.digest == hashlib.sha256(b'{"command": "ls"}').hexdigest()
+    assert (own.kind, own.tool, own.call_id, own.arguments, own.info) == ("interrupt", "confirm", "call_2", None,
+                                                                           {"confirm": 5})
+    assert await runner.pending("p") == event.pending  # from the store, without resuming: the same IDs
+    snap = await runner.app.get_run("p")
+    assert snap.meta.version == (await store.history("p"))[0].version and ran == []  # nothing was resumed
+    assert snap.meta.paused and not snap.meta.cancelled and snap.waits_for == event.pending
+
+    answers = {approval.id: ApprovalResult(approved=True, digest=approval.digest), own.id: "yes"}
+    await collect(runner.resume_with_params("p", answers))
+    assert ran == ["ls"] and await runner.pending("p") == []  # completed: waits for nothing
+
+    events = runner.run("again", checkpoint_id="p")
+    async for _ in events:
+        break  # the model asked for `slow`, which waits forever: leaving cancels the run
+    await events.aclose()
+    cancelled = (await runner.app.get_run("p")).meta
+    assert cancelled.status == "interrupted" and cancelled.cancelled and not cancelled.paused
+    assert await runner.pending("p") == []
+    with pytest.raises(CheckpointNotFound, match="no run 'nope'"):
+        await runner.pending("nope")
+
+
 async def test_a_runner_moved_to_another_store_records_there_with_its_callbacks_and_per_call_ones():
     class Seen:
         def __init__(self) -> None:

@@ -258,6 +258,65 @@ def test_ch03_refuses_a_session_another_chapters_agent_wrote(tmp_path):
     assert stored_messages(tmp_path / "waypoint.db", "shared")[-1][0] == "assistant"  # untouched
 
 
+DOC_SESSION = "d4f29b46-db1a-40f9-a6da-7cd0e294ccbc"  # the ID docs/chapters/03-sessions.md's samples show
+
+
+def test_ch03_the_docs_snippet_reads_the_docs_session_and_says_when_there_is_none(tmp_path):
+    """The page's "read a session yourself" snippet, as printed, with the page's own session ID: in a directory
+    without that session it says so (it raised AttributeError on None); after the page's two processes it
+    prints what its comments say."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "chapters" / "03-sessions.md").read_text()
+    (snippet,) = [b for b in re.findall(r"```py\n(.*?)```", page, re.S) if "async def show" in b]
+    assert DOC_SESSION in snippet
+    read = [sys.executable, "-c", snippet]
+    missing = subprocess.run(read, cwd=tmp_path, capture_output=True, text=True, timeout=60, env=environ(tmp_path))
+    assert missing.returncode == 0, missing.stderr
+    assert missing.stdout == f"no session {DOC_SESSION} in .waypoint/waypoint.db\n"
+
+    db = str(tmp_path / ".waypoint" / "waypoint.db")
+    for said in ("my name is Ada and I like graphs", "what is my name?"):
+        turn = chapter(3, "--session", DOC_SESSION, "--db", db, tmp_path=tmp_path, stdin=f"{said}\n\n")
+        assert turn.returncode == 0, turn.stderr
+    found = subprocess.run(read, cwd=tmp_path, capture_output=True, text=True, timeout=60, env=environ(tmp_path))
+    assert found.returncode == 0, found.stderr
+    first, *messages = found.stdout.splitlines()
+    promised = re.findall(r"# (.*)", snippet.split("print(snap.meta.status", 1)[1])[:2]
+    assert first == promised[0] == "completed 6"
+    assert [m.split()[0] for m in messages] == promised[1].split(", ")
+
+
+def test_ch03_refuses_the_demos_run_without_db_as_it_does_with_it(tmp_path):
+    """`waypoint demo` stores its run in .waypoint/demo.db and prints its ID; `--session <that ID>` without `--db`
+    used to start a new chat under it in .waypoint/waypoint.db."""
+    env = {k: v for k, v in environ(tmp_path).items() if k != "WAYPOINT_DB"}
+    demo = subprocess.run([WAYPOINT, "demo"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert demo.returncode == 0, demo.stderr
+    (ticket,) = re.findall(r"the run's checkpoint ID is (\S+)", demo.stdout)
+    three = subprocess.run([WAYPOINT, "chapter", "3", "--session", ticket], input="hello\n\n", cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert three.returncode == 1 and three.stdout == ""
+    assert three.stderr.splitlines()[1:] == [
+        f"error: checkpoint '{ticket}' is a run of the demo, stored in .waypoint/demo.db, not a chat session of "
+        "chapter 3; pick another --session, or leave it out to start a new one"]
+    with_db = subprocess.run([WAYPOINT, "chapter", "3", "--session", ticket, "--db", ".waypoint/demo.db"],
+                             input="hello\n\n", cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert with_db.returncode == 1 and "it belongs to 'waypoint-demo'" in with_db.stderr
+    assert _history(tmp_path / ".waypoint" / "waypoint.db", ticket) == []  # no chat was started under the ID
+
+
+def _history(db: Path, checkpoint_id: str) -> list:
+    from waypoint.stores import SQLiteStore
+
+    async def read():
+        store = SQLiteStore(db)
+        try:
+            return await store.history(checkpoint_id)
+        finally:
+            await store.close()
+
+    return asyncio.run(read()) if db.exists() else []
+
+
 def plain_run(db: Path, checkpoint_id: str) -> None:
     """A run of a plain graph (not an agent) stored under `checkpoint_id`."""
     from waypoint.engine import END, START, Graph

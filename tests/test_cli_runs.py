@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -307,22 +309,63 @@ def test_without_graph_the_agent_comes_from_find_agent(db, tmp_path):
     assert "[tool result] ran echo hello" in proc.stdout and journal.read_text().count("execute") == 1
 
 
-def test_a_crashed_run_under_a_live_lease_needs_takeover(db):
-    subprocess.run([sys.executable, str(PROCS / "runs_fixtures.py"), str(db), "crash", "job-1", "60"], env=_env(),
-                   timeout=60)
+def fixture(db: Path, *args: str) -> None:
+    subprocess.run([sys.executable, str(PROCS / "runs_fixtures.py"), str(db), *args], env=_env(), timeout=60)
+
+
+def test_a_run_whose_process_is_gone_from_this_host_is_said_so_and_taken_over_without_a_guess(db):
+    """Its lease is live, but its owner is a PID of this host that is gone: the engine knows (engine/owners.py), so
+    `show` says so instead of "unless it died", and `resume` takes it over without --takeover."""
+    fixture(db, "crash", "job-1", "60")
     code, out, _ = runs("show", "job-1", db=db)
-    assert code == 0 and "status    running" in out and "lease     held by" in out and "s left)" in out
-    assert "if its process is dead: waypoint runs" in out and "--takeover" in out
-    refused(runs("resume", "job-1", "--graph", "runs_fixtures:steps", db=db), "running in another process",
-            "--takeover")
-    code, out, err = runs("resume", "job-1", "--graph", "runs_fixtures:steps", "--takeover", db=db)
+    assert code == 0 and "status    running" in out and "s left)" in out
+    (lease,) = [line for line in out.splitlines() if line.startswith("  lease ")]
+    assert lease.endswith("on this host, and it is gone: resuming it takes it over at once"), lease
+    assert "unless it died" not in out and "--takeover" not in out
+    assert "take it over (its process is gone): waypoint runs" in out
+    code, out, err = runs("resume", "job-1", "--graph", "runs_fixtures:steps", db=db)
+    assert code == 0, err
+    assert out.splitlines()[0].startswith("resuming run job-1 (graph steps) in this process, taking it over from ")
+    assert '[output] "worked on job"' in out and out.splitlines()[-1] == "run job-1 completed at version 3"
+
+
+def test_takeover_of_a_run_whose_process_is_alive_is_one_refusal(db, tmp_path):
+    """A live owner on this host: `resume --takeover` is refused before anything runs, in one line (it printed a
+    "resuming" line, the engine's refusal and the run's status), and `show` says that process runs it."""
+    gate = tmp_path / "release"
+    holder = subprocess.Popen([sys.executable, str(PROCS / "runs_fixtures.py"), str(db), "hold", "job-3", str(gate)],
+                              env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().split() == ["holding", str(holder.pid)]  # inside its node, lease held
+        code, out, _ = runs("show", "job-3", db=db)
+        assert code == 0 and f"process {holder.pid} on this host, and it is alive: that process is running it" in out
+        assert "unless it died" not in out and "--takeover" not in out
+        for extra in ((), ("--takeover",)):
+            result = runs("resume", "job-3", "--graph", "runs_fixtures:steps", *extra, db=db)
+            line = refused(result, f"process {holder.pid} on this host, and it is alive", "wait for it")
+            assert result[1] == ""  # nothing else printed: nothing ran
+            assert ("--takeover takes over only a process that is gone" in line) == bool(extra)
+    finally:
+        gate.touch()
+        _, err = holder.communicate(timeout=60)
+    assert holder.returncode == 0, err
+    assert runs("show", "job-3", "--json", db=db)[1].count('"status": "completed"') == 1
+
+
+def test_a_run_held_on_another_host_needs_takeover(db):
+    """What this host cannot see stays the caller's word: --takeover, said as such."""
+    fixture(db, "crash-elsewhere", "job-4", "60")
+    code, out, _ = runs("show", "job-4", db=db)
+    assert code == 0 and "held by another-host:" in out and "on another host, is running it, unless it died" in out
+    assert "if its process (on another host) is dead: waypoint runs" in out and "--takeover" in out
+    refused(runs("resume", "job-4", "--graph", "runs_fixtures:steps", db=db), "another host", "--takeover")
+    code, out, err = runs("resume", "job-4", "--graph", "runs_fixtures:steps", "--takeover", db=db)
     assert code == 0, err
     assert '[output] "worked on job"' in out
 
 
 def test_a_crashed_run_whose_lease_expired_is_shown_so_and_continues(db):
-    subprocess.run([sys.executable, str(PROCS / "runs_fixtures.py"), str(db), "crash", "job-2", "0.1"], env=_env(),
-                   timeout=60)
+    fixture(db, "crash", "job-2", "0.1")
     time.sleep(0.2)
     code, out, _ = runs("list", "--status", "running", db=db)
     assert code == 0 and "running (lease expired)" in out
@@ -497,3 +540,43 @@ asyncio.run(main())
     assert out.count("invisible or direction-changing") == 2, out  # at the call, and at its pending approval
     code, out, _ = runs("list", db=db)
     assert code == 0 and "bidi \\u202erun" in out and "\u202e" not in out
+
+
+# --- docs/cli.md's session, made by its own code ------------------------------------------------------------------
+
+def _normal(text: str) -> list[str]:
+    """Lines with what differs from run to run written as placeholders: interrupt IDs, times, column padding."""
+    text = re.sub(r"\b[0-9a-f]{16}\b", "IID", text)
+    text = re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", "TIME", text)
+    return [" ".join(line.split()) for line in text.strip().splitlines()]
+
+
+def test_the_session_docs_cli_md_shows_is_made_by_the_code_it_shows(tmp_path):
+    """docs/cli.md's modules and the script it says makes `session-1` and `refund-7`, run as written; then its
+    samples, command by command, are what the commands print (IDs and times aside)."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    for block in re.findall(r"```py\n(.*?)```", page, re.S):
+        name = re.match(r"# (\w+\.py)", block)
+        if name:
+            (tmp_path / name.group(1)).write_text(block)
+    assert {p.name for p in tmp_path.glob("*.py")} == {"ops.py", "refunds.py", "make_runs.py"}
+    samples = {}
+    for block in re.findall(r"```text\n(.*?)```", page, re.S):
+        for command, output in re.findall(r"^\$ (.+)\n((?:(?!\$ ).*\n?)*)", block, re.M):
+            samples.setdefault(command, output)
+    made = subprocess.run([sys.executable, "make_runs.py"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                          timeout=60)
+    assert made.returncode == 0, made.stderr
+    assert _normal(made.stdout) == _normal(samples["python make_runs.py"])
+    ids = dict(line.split(" waits for ") for line in made.stdout.splitlines())
+    approve, respond = ids["session-1"].split(":")[0], ids["refund-7"]
+    doc_ids = re.findall(r"\b[0-9a-f]{16}\b", samples["python make_runs.py"])
+    for command in ("waypoint runs list", "waypoint runs show session-1", "waypoint runs show refund-7",
+                    f"waypoint runs resume session-1 --approve {doc_ids[0]} --graph ops:build_agent",
+                    f"waypoint runs resume refund-7 --respond {doc_ids[1]} '\"yes\"' --graph refunds:graph",
+                    "waypoint runs history session-1"):
+        words = shlex.split(command.replace(doc_ids[0], approve).replace(doc_ids[1], respond))
+        out = subprocess.run([str(WAYPOINT), *words[1:]], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, (command, out.stderr)
+        assert _normal(out.stdout) == _normal(samples[command]), command

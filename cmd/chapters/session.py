@@ -102,6 +102,7 @@ class ChatSession:
         self.again: Callable[[Any], Sequence[str]] | None = None
         """The options the `Resume with:` line adds, given the session's stored run."""
         self.session_id = ""
+        self._named = False
         self._said_goodbye = False
 
     def main(self, session: str | None) -> int:
@@ -112,6 +113,7 @@ class ChatSession:
             self.console.note("error: --session needs an ID (leave it out to start a new session)", "red")
             return 1
         self.session_id = session or str(uuid.uuid4())
+        self._named = session is not None
         with asyncio.Runner() as loop:
             try:
                 outcome = loop.run(self._start())
@@ -229,6 +231,8 @@ class ChatSession:
             other = f"; it belongs to '{snap.graph}'" if snap.graph else ""
             raise ChapterError(f"checkpoint '{self.session_id}' holds a run that is not a chat session of chapter "
                                f"{self.number}{other}; pick another --session, or leave it out to start a new one")
+        if snap is None and self._named and self.stored and self.db is None:
+            await self._refuse_a_demo_run()
         if self.prepare is not None:
             self.prepare(self, snap)
         if self.stored:
@@ -237,6 +241,30 @@ class ChatSession:
         for line in self.banners:
             self.console.line(line)
         return snap
+
+    async def _refuse_a_demo_run(self) -> None:
+        """A session ID the chapter's database does not hold, but the demo's does (`waypoint demo` prints its
+        run's ID, and keeps it in a database of its own): refused, as it is when `--db` names the demo's file —
+        never a new chat under the demo's ID."""
+        from waypoint.stores import SQLiteStore
+
+        from ..demo.agent_tour import DEFAULT_DB as AGENT_TOUR
+        from ..demo.triage_tour import DEFAULT_DB as TRIAGE_TOUR
+
+        for db in (AGENT_TOUR, TRIAGE_TOUR):
+            if not db.is_file() or db.resolve() == default_db().resolve():
+                continue
+            store = SQLiteStore(db)
+            try:
+                found = await store.history(self.session_id, limit=1)
+            except Exception:  # noqa: BLE001 - a demo file this chapter cannot read holds no session to refuse
+                continue
+            finally:
+                await store.close()
+            if found:
+                raise ChapterError(f"checkpoint '{self.session_id}' is a run of the demo, stored in {db}, not a chat "
+                                   f"session of chapter {self.number}; pick another --session, or leave it out to "
+                                   "start a new one")
 
     async def _paused(self, info: Any) -> str:
         if self.on_pause is None:

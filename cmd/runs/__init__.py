@@ -1,4 +1,4 @@
-"""`waypoint runs`: list, show, resume and delete the runs stored in a SQLite database.
+"""`waypoint runs`: list, show, resume and delete the runs stored in a database (a SQLite file or a URL).
 
     waypoint runs list    [--status S] [--limit N]          the newest version of each run
     waypoint runs show    ID [--version N] [--graph M:A]    one version, decoded and readable
@@ -8,7 +8,7 @@
                                                             continue it in this process
     waypoint runs delete  ID [--yes]                        remove it (asks on a terminal)
 
-Every command takes `--db PATH` (default `$WAYPOINT_DB`, else `.waypoint/waypoint.db`) and `--json`.
+Every command takes `--db PATH|URL` (default `$WAYPOINT_DB`, else `.waypoint/waypoint.db`) and `--json`.
 Exit codes: 0 done; 1 an error the message explains (unknown run, missing or foreign database, a damaged
 record, a refused or failed resume); 2 a usage error (from argparse); 130 interrupted by Ctrl-C.
 Reading commands never create or change a database: a missing file is an error. docs/cli.md has samples.
@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The parser of `waypoint runs`; `--db` and `--json` are accepted before or after the subcommand."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", default=argparse.SUPPRESS,
-                        help="the SQLite file (default: $WAYPOINT_DB or .waypoint/waypoint.db)")
+                        help="the database: a SQLite file, or a URL (sqlite:///path, postgresql+asyncpg://...) "
+                             "(default: $WAYPOINT_DB or .waypoint/waypoint.db)")
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts")
     parser = argparse.ArgumentParser(prog="waypoint runs", parents=[common],
                                      description="Inspect, resume and delete stored runs.")

@@ -15,6 +15,7 @@ from typing import Any
 from waypoint.engine import CheckpointMeta
 from waypoint.engine.errors import clip
 from waypoint.engine.jsonable import jsonable, message_json, output_json, tool_arguments
+from waypoint.engine.owners import OwnerState, describe_owner, owner_state
 
 from ..console import Console, compact, hides, visible
 from .read import Pending, StoredRun
@@ -65,11 +66,15 @@ def lease_text(meta: CheckpointMeta, now: float) -> str | None:
     if meta.status != "running":
         return None
     owner = clip(meta.lease_owner or "an unknown owner", 200)
-    if lease_alive(meta, now):
-        left = meta.lease_expires - now
-        return (f"held by {owner} until {clock(meta.lease_expires)} ({left:.0f}s left): that process is "
-                "running it, unless it died")
-    return f"expired at {clock(meta.lease_expires)} (owner {owner}): the process that ran it is gone"
+    if not lease_alive(meta, now):
+        return f"expired at {clock(meta.lease_expires)} (owner {owner}): the process that ran it is gone"
+    held = f"held by {owner} until {clock(meta.lease_expires)} ({meta.lease_expires - now:.0f}s left)"
+    state = owner_state(meta.lease_owner)
+    if state is OwnerState.DEAD:  # a PID of this host that is gone: known, not guessed (engine/owners.py)
+        return f"{held}; {describe_owner(meta.lease_owner)}: resuming it takes it over at once"
+    if state is not OwnerState.UNKNOWN:
+        return f"{held}; {describe_owner(meta.lease_owner)}: that process is running it"
+    return f"{held}: that process, on another host, is running it, unless it died"
 
 
 def needs_root(run: StoredRun) -> bool:
@@ -244,7 +249,12 @@ def _next_steps(run: StoredRun, resume: str) -> list[str]:
     if first is not None:
         return [f"answer:  {resume} --respond {first.id} JSON"]
     if meta.status == "running" and lease_alive(meta, run.now):
-        return [f"if its process is dead: {resume} --takeover"]
+        state = owner_state(meta.lease_owner)
+        if state is OwnerState.DEAD:
+            return [f"take it over (its process is gone): {resume}"]
+        if state is not OwnerState.UNKNOWN:
+            return ["wait for it to pause or finish: its process is alive"]
+        return [f"if its process (on another host) is dead: {resume} --takeover"]
     what = {"failed": "retry the failed step", "running": "continue it"}.get(meta.status, "continue it")
     return [f"{what}: {resume}"]
 

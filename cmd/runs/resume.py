@@ -32,6 +32,7 @@ from typing import Any
 from waypoint.engine import CompiledGraph, Graph, GraphInterrupted, WaypointError
 from waypoint.engine.errors import clip, describe
 from waypoint.engine.loading import load_object
+from waypoint.engine.owners import OwnerState, describe_owner, owner_state
 
 from .. import agents as _agents
 from ..console import Console, print_events, visible
@@ -72,14 +73,14 @@ def _targets(answers: dict[str, tuple[str, Any]], agent: bool, run: StoredRun) -
     from waypoint.engine import Respond
     from waypoint.middleware import ApprovalResult
 
-    shown = {p.id: p.info for p in run.pending}
+    shown = {p.id: p.digest for p in run.pending}
     out: dict[str, Any] = {}
     for iid, (verb, value) in answers.items():
         if verb == "respond":
             out[iid] = Respond(value) if agent else value
         elif agent:
             out[iid] = ApprovalResult(approved=verb == "approve", reason=value,
-                                      digest=getattr(shown.get(iid), "digest", None))
+                                      digest=shown.get(iid))
         elif verb == "approve":
             out[iid] = {"approved": True}
         else:
@@ -148,15 +149,40 @@ def build_app(target: Any, store: Any, *, root: ProjectRoot | None = None) -> tu
     return None, target.with_store(store)  # the same graph and codec, writing to this database
 
 
-def _check(run: StoredRun, answers: dict[str, tuple[str, Any]], takeover: bool, hint: str) -> None:
-    """Refuse, before anything runs, what the engine would refuse."""
+def _check(run: StoredRun, answers: dict[str, tuple[str, Any]], takeover: bool, hint: str) -> bool:
+    """Refuse, before anything runs, what the engine would refuse; whether the resume takes the run over."""
     meta, cid = run.meta, run.meta.checkpoint_id
     if meta.status == "completed":
         raise RunsError(f"run {cid!r} has completed (version {meta.version}); there is nothing to resume "
                         f"(`{hint} show {cid}` shows its output)")
-    if meta.status == "running" and lease_alive(meta, run.now) and not takeover:
-        raise RunsError(f"run {cid!r} is running in another process (lease held by {clip(str(meta.lease_owner))} "
-                        f"until {clock(meta.lease_expires)}); wait for it, or pass --takeover if you know that process is dead")
+    live = meta.status == "running" and lease_alive(meta, run.now)
+    if live:
+        takeover = _may_take_over(run, takeover)
+    _check_answers(run, answers, hint)
+    return live and takeover
+
+
+def _may_take_over(run: StoredRun, takeover: bool) -> bool:
+    """A run under a live lease: taken over when its owner is a process of this host that is gone (known, not
+    guessed: engine/owners.py) or when `--takeover` vouches for an owner on another host; refused in one line
+    while its owner is alive."""
+    meta, cid = run.meta, run.meta.checkpoint_id
+    state = owner_state(meta.lease_owner)
+    held = f"lease held by {clip(str(meta.lease_owner))} until {clock(meta.lease_expires)}"
+    if state is OwnerState.DEAD:
+        return True
+    if state is not OwnerState.UNKNOWN:
+        refused = "; --takeover takes over only a process that is gone" if takeover else ""
+        raise RunsError(f"run {cid!r} is running ({held}; {describe_owner(meta.lease_owner)}): wait for it to "
+                        f"pause or finish{refused}")
+    if not takeover:
+        raise RunsError(f"run {cid!r} is running in a process on another host ({held}); wait for it, or pass "
+                        "--takeover if you know that process is dead")
+    return True
+
+
+def _check_answers(run: StoredRun, answers: dict[str, tuple[str, Any]], hint: str) -> None:
+    cid = run.meta.checkpoint_id
     pending = {p.id: p for p in run.pending}
     listed = ", ".join(f"{p.id} ({p.kind}{' of ' + p.tool if p.tool else ''})" for p in pending.values()) or "none"
     unknown = sorted(set(answers) - set(pending))
@@ -186,7 +212,7 @@ async def resume_command(args: Any, console: Console, hint: str) -> int:
         target = load_target(args.graph) if args.graph else None
         runner, app = build_app(target, store) if target is not None else (None, None)
         run = await read_run(store, cid, serializer=app.get_serializer() if app is not None else None, hint=hint)
-        _check(run, answers, args.takeover, hint)
+        takeover = _check(run, answers, args.takeover, hint)
         root = None
         if target is None:
             agent, root = _find_agent(run, args.project_root)
@@ -197,11 +223,12 @@ async def resume_command(args: Any, console: Console, hint: str) -> int:
         out = Console(io.StringIO(), console.err, color=False) if args.json else console
         if not args.json:
             confined = f", project root {root.root}" if root is not None else ""
+            over = f", taking it over from {visible(str(run.meta.lease_owner), strict=True)}" if takeover else ""
             out.line(f"resuming run {visible(cid, strict=True)} ({'agent' if runner else 'graph'} "
-                     f"{visible(run.graph, strict=True)}{visible(confined, strict=True)}) in this process" +
+                     f"{visible(run.graph, strict=True)}{visible(confined, strict=True)}) in this process{over}" +
                      "".join(f"; {verb} {iid}" for iid, (verb, _) in answers.items()), "dim")
         # bound to what was read and checked above: the version (nothing changed since) and the digests
-        bound = {"takeover": args.takeover, "expected_version": run.meta.version}
+        bound = {"takeover": takeover, "expected_version": run.meta.version}
         if runner is not None:
             error, decisions = await _resume_agent(runner, cid, _targets(answers, True, run), bound, out)
         else:

@@ -22,6 +22,7 @@ from ..compiled import run_sync
 from ..errors import GraphInterrupted
 from ..events import Event
 from ..interrupts import InterruptInfo
+from ..pending import Pending, pending_of
 from ..models.schema import Message, as_messages, concat_messages
 from ..tools.node import ToolEvent
 from ..tools.verbs import Decision
@@ -100,18 +101,31 @@ class ToolRerun:
 
 @dataclass(kw_only=True)
 class AgentAction:
-    """Something the run did: ended (`exit`), paused (`interrupted`, once durably saved), re-ran a call
-    after a crash (`rerun`), carried out a resume's decision about a paused call (`decision`), is
-    retrying a model or tool call (`retry`: what a retry middleware announced), or handed the conversation
-    to another agent (`transfer`)."""
+    """Something the run did: ended (`exit`), paused for an answer (`interrupted`, once durably saved; `pending`
+    lists what it waits for), re-ran a call after a crash (`rerun`), carried out a resume's decision about a
+    paused call (`decision`), is retrying a model or tool call (`retry`: what a retry middleware announced), or
+    handed the conversation to another agent (`transfer`). A run that is cancelled yields no action: it ends
+    with its consumer (stored `interrupted` with `meta.cancelled` true, waiting for nothing)."""
 
     exit: bool = False
     interrupted: InterruptInfo | None = None
+    """Set when the run paused: the engine's `InterruptInfo` (root-cause `contexts`). `pending` reads it."""
     rerun: ToolRerun | None = None
     decision: Decision | None = None
     retry: RetryNotice | None = None
     transfer: str | None = None
     """The agent this one handed the conversation to (`transfer_to_agent`): it answers from here on."""
+
+    @property
+    def paused(self) -> bool:
+        """Whether the run paused here, waiting for an answer (its pause is durably saved)."""
+        return self.interrupted is not None
+
+    @property
+    def pending(self) -> list[Pending]:
+        """What the paused run waits for, one `Pending` per call (`id` — what an answer names —, `tool`,
+        `arguments`, `digest`); empty unless the run paused here."""
+        return [] if self.interrupted is None else [pending_of(ctx) for ctx in self.interrupted.contexts]
 
 
 @dataclass(kw_only=True)
@@ -127,6 +141,11 @@ class AgentEvent:
     output: AgentOutput | None = None
     action: AgentAction | None = None
     error: BaseException | None = None
+
+    @property
+    def pending(self) -> list[Pending]:
+        """What the run waits for if it paused at this event (`action.pending`); empty for any other event."""
+        return self.action.pending if self.action is not None else []
 
 
 class Runner:
@@ -222,6 +241,13 @@ class Runner:
         async with contextlib.aclosing(self._events(None, options, callbacks)) as events:
             async for event in events:
                 yield event
+
+    async def pending(self, checkpoint_id: str) -> list[Pending]:
+        """What the stored run waits for, without resuming it: one `Pending` per paused call (`id`, `tool`,
+        `arguments`, `digest`), from any process with the agent and the store — so an answer needs no
+        interrupt ID passed by hand (`resume_with_params(cid, {p.id: ApprovalResult(approved=True) ...})`).
+        Empty when it waits for nothing; `CheckpointNotFound` for an unknown ID."""
+        return await self.app.pending(checkpoint_id)
 
     # --- sync helpers ---------------------------------------------------------------------------------
 

@@ -1,8 +1,11 @@
 """Chapter 7's flow in a child process: an agent whose `execute` (invokable) or `tail` (streamable) tool
 needs approval, on a SQLite file.
 
-    python approval_proc.py DB CHECKPOINT_ID invokable|streamable [--approve ID | --reject ID [--reason R]]
-        [--journal PATH]
+    python approval_proc.py DB CHECKPOINT_ID invokable|streamable [--approve ID | --reject ID [--reason R]
+        | --show-pending | --approve-pending] [--journal PATH]
+
+`--show-pending` prints what the run waits for (`Runner.pending`: a JSON list) and resumes nothing;
+`--approve-pending` approves every call it waits for, found with `Runner.pending` (no ID given).
 
 Exit codes: 0 the run answered (prints its outputs as JSON lines), 2 paused (prints {"interrupt": id,
 "prompt": str(ApprovalInfo)}), 4 an error (message on stderr). The tool appends a line to the journal
@@ -69,7 +72,19 @@ def build(args) -> ChatModelAgent:
 async def main(args) -> int:
     store = SQLiteStore(args.db)
     runner = Runner(build(args), store=store, streaming=args.mode == "streamable")
-    if args.approve:
+    if args.show_pending:
+        try:
+            calls = await runner.pending(args.checkpoint_id)
+        finally:
+            await store.close()
+        print(json.dumps([{"id": c.id, "kind": c.kind, "tool": c.tool, "call_id": c.call_id, "arguments": c.arguments,
+                           "digest": c.digest} for c in calls]))
+        return 0
+    if args.approve_pending:
+        calls = await runner.pending(args.checkpoint_id)
+        events = runner.resume_with_params(
+            args.checkpoint_id, {c.id: ApprovalResult(approved=True, digest=c.digest) for c in calls})
+    elif args.approve:
         events = runner.resume_with_params(args.checkpoint_id, {args.approve: ApprovalResult(approved=True)})
     elif args.reject:
         events = runner.resume_with_params(
@@ -104,4 +119,6 @@ if __name__ == "__main__":
     p.add_argument("--reject")
     p.add_argument("--reason")
     p.add_argument("--journal")
+    p.add_argument("--show-pending", action="store_true")
+    p.add_argument("--approve-pending", action="store_true")
     sys.exit(asyncio.run(main(p.parse_args())))

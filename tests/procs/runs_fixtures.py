@@ -2,6 +2,9 @@
 
     python runs_fixtures.py DB                      writes the runs below, then exits
     python runs_fixtures.py DB crash ID SECONDS     starts run ID of `steps` (lease SECONDS) and dies in it
+    python runs_fixtures.py DB crash-elsewhere ID SECONDS   the same, its lease owner named for another host
+    python runs_fixtures.py DB hold ID GATE         starts run ID of `steps`, prints "holding <pid>" inside its
+                                                    node, and finishes once the file GATE exists
 
 `waypoint runs resume --graph runs_fixtures:<attr>` imports this module (its directory on PYTHONPATH):
 `build_agent` (a function), `agent` (a ChatModelAgent), `refunds` (a Graph), `refunds_compiled`
@@ -29,6 +32,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass
 
 from waypoint.engine import (
@@ -171,6 +175,11 @@ signed = _one_node("signed", review, dict).compile(serializer=Serializer(key=KEY
 def _work(x):
     if os.environ.get("RUNS_CRASH") == "1":
         os._exit(3)  # the process dies mid-node: its run stays `running`, under its lease
+    gate = os.environ.get("RUNS_HOLD")
+    if gate:  # a live owner: it holds the run until the test lets it go
+        print(f"holding {os.getpid()}", flush=True)
+        while not os.path.exists(gate):
+            time.sleep(0.01)
     return f"worked on {x}"
 
 
@@ -220,13 +229,27 @@ async def _drain(events) -> None:
             raise event.error
 
 
-async def crash(db: str, checkpoint_id: str, lease: float) -> None:
+async def crash(db: str, checkpoint_id: str, lease: float, *, elsewhere: bool = False) -> None:
     os.environ["RUNS_CRASH"] = "1"
+    if elsewhere:  # lease owners are named `host:pid:random` (engine/checkpoint.py): this one names another host
+        real = os.uname()
+        os.uname = lambda: type(real)((real.sysname, "another-host", *real[2:]))
     await _steps().compile(store=SQLiteStore(db), lease_seconds=lease).ainvoke("job", checkpoint_id=checkpoint_id)
 
 
+async def hold(db: str, checkpoint_id: str, gate: str) -> None:
+    os.environ["RUNS_HOLD"] = gate
+    store = SQLiteStore(db)
+    try:
+        await _steps().compile(store=store).ainvoke("job", checkpoint_id=checkpoint_id)
+    finally:
+        await store.close()
+
+
 if __name__ == "__main__":
-    if sys.argv[2:3] == ["crash"]:
-        asyncio.run(crash(sys.argv[1], sys.argv[3], float(sys.argv[4])))
+    if sys.argv[2:3] in (["crash"], ["crash-elsewhere"]):
+        asyncio.run(crash(sys.argv[1], sys.argv[3], float(sys.argv[4]), elsewhere=sys.argv[2] == "crash-elsewhere"))
+    elif sys.argv[2:3] == ["hold"]:
+        asyncio.run(hold(sys.argv[1], sys.argv[3], sys.argv[4]))
     else:
         asyncio.run(make(sys.argv[1]))

@@ -17,7 +17,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check engine stores middleware service cmd
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 4 --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,bench]'

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 import sys
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -107,8 +109,19 @@ def check_newest(checkpoint_id: str, newest: int | None, expected_version: int |
 def incarnation(now: float, newest_created: float | None) -> float:
     """The `created_at` a store stamps on a new run's first version (`put(..., fresh=True)`): its own clock,
     and always after the run it is written over — so a writer of a deleted run is told apart from the new run on
-    its ID whatever any writer's clock says."""
-    return now if newest_created is None else max(now, newest_created + 0.001)
+    its ID whatever any writer's clock says. Unique too: strictly after every incarnation this process stamped,
+    and a random part below the clock's resolution (SQLite's is a millisecond) tells apart two stamped in the
+    same instant by two processes."""
+    global _LAST_INCARNATION
+    with _INCARNATION_LOCK:
+        floor = _LAST_INCARNATION if newest_created is None else max(_LAST_INCARNATION, newest_created)
+        stamp = max(now, floor + 1e-6) + random.randint(1, 999) * 1e-6
+        _LAST_INCARNATION = stamp
+    return stamp
+
+
+_LAST_INCARNATION = 0.0
+_INCARNATION_LOCK = threading.Lock()
 
 
 def stamped(meta: CheckpointMeta, now: float, newest_created: float | None, fresh: bool) -> CheckpointMeta:

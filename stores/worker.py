@@ -281,10 +281,13 @@ class Worker:
         return claimed
 
     def _skipped(self) -> list[str]:
+        """Runs this worker does not claim now: those another shape of their graph wrote (for a while), and those
+        it still has a task for — a claim handed back while its task is inside a node is for another worker,
+        or for this one once that task ended."""
         now = time.monotonic()
         for cid in [c for c, until in self._foreign.items() if until <= now]:
             del self._foreign[cid]
-        return list(self._foreign)
+        return [*self._foreign, *{item.checkpoint_id for item in self._tasks.values()}]
 
     def _start(self, item: _Item) -> None:
         log.info("worker %s: claimed run '%s': %s (graph '%s'), attempt %d", self.name, item.checkpoint_id,

@@ -175,7 +175,7 @@ async def test_timeout_on_a_subgraph_node_bounds_the_whole_subgraph():
     started = time.monotonic()
     with pytest.raises(NodeError) as err:
         await g.compile().ainvoke(1)
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 3  # the timeout (0.1 s), not the subgraph's 5 s
     assert err.value.node_path == ["sub"] and isinstance(err.value.__cause__, TimeoutError)
 
 
@@ -217,7 +217,7 @@ async def test_a_waypoint_error_raised_by_node_code_is_that_nodes_error():
 
 def test_a_sync_node_timeout_bounds_invoke():
     def stuck(x):
-        time.sleep(3)
+        time.sleep(10)
         return x
 
     g = Graph(name="stuck")
@@ -228,7 +228,7 @@ def test_a_sync_node_timeout_bounds_invoke():
     started = time.monotonic()
     with pytest.raises(NodeError) as err:
         app.invoke(1)
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 5  # the timeout (0.1 s), not the node's 10 s
     assert isinstance(err.value.__cause__, TimeoutError)
 
 

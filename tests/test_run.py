@@ -153,7 +153,7 @@ async def test_unknown_branch_target_is_a_clear_error():
 
 async def test_parallel_tasks_of_one_step_run_concurrently():
     async def slow(x):
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(1.0)
         return x
 
     g = Graph(name="par")
@@ -167,7 +167,7 @@ async def test_parallel_tasks_of_one_step_run_concurrently():
     g.add_edge("join", END)
     started = time.perf_counter()
     assert await g.compile().ainvoke(1) == ["k0", "k1", "k2", "k3", "k4"]
-    assert time.perf_counter() - started < 0.6  # five 0.2 s sleeps overlapped
+    assert time.perf_counter() - started < 3.0  # five 1 s sleeps overlapped (one after the other: 5 s)
 
 
 async def test_fan_in_duplicate_key_error_names_both_sources():

@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -89,6 +90,7 @@ async def wait_all(url: str, ids: list[str]) -> list:
     return done
 
 
+@pytest.mark.soak
 def test_three_workers_two_hundred_approvals_one_worker_sigkilled(pg, pg_url, tmp_path, fleet):
     """The acceptance case of docs/scale-out.md: every run completes; nothing committed runs again."""
     from pg import database_of
@@ -165,7 +167,8 @@ def test_three_workers_two_hundred_approvals_one_worker_sigkilled(pg, pg_url, tm
 def test_an_idle_fleet_drains_on_sigterm_and_exits_zero(pg_url, tmp_path, fleet):
     worker = spawn_worker(pg_url, tmp_path / "journal", tmp_path)
     fleet.append(worker)
-    time.sleep(1.0)
+    ready, _, _ = select.select([worker.stderr], [], [], 60)
+    assert ready and "concurrency" in worker.stderr.readline()  # its banner: its signal handlers are in place
     worker.send_signal(signal.SIGTERM)
     out, err = worker.communicate(timeout=20)
     assert worker.returncode == 0 and "stopped after 0 work item(s)" in err, err
@@ -214,19 +217,27 @@ def test_two_processes_resume_the_same_paused_run_on_postgres_exactly_one_procee
     assert counts["approve"] == 1 and counts["act"] == 1  # the loser ran no node
 
 
-def test_sigkill_mid_node_on_postgres_then_resume_reruns_only_that_node(pg_url, tmp_path):
+def test_sigkill_mid_node_on_postgres_then_resume_reruns_only_that_node(pg, pg_url, tmp_path):
     journal = tmp_path / "journal"
-    proc = start(pg_url, "job-7", "linear", "--sleep-at", "n2", "--lease", "1.0", journal=journal)
+    proc = start(pg_url, "job-7", "linear", "--sleep-at", "n2", "--lease", "8.0", journal=journal)
     wait_for_line(journal, "n2")
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
-    code, _, err = finish(start(pg_url, "job-7", "linear", "--continue-run", "--lease", "1.0", journal=journal))
-    assert code == 3 and "lease held by" in err  # the dead owner's lease is still live
-    time.sleep(1.1)
-    code, out, err = finish(start(pg_url, "job-7", "linear", "--continue-run", "--lease", "1.0", journal=journal))
+    code, _, err = finish(start(pg_url, "job-7", "linear", "--continue-run", "--lease", "8.0", journal=journal))
+    assert code == 3 and "lease held by" in err  # the dead owner's lease (8 s: room for a loaded machine) is live
+    wait_until(lambda: lease_expired(pg, pg_url, "job-7"), timeout=30)  # on the database's clock
+    code, out, err = finish(start(pg_url, "job-7", "linear", "--continue-run", "--lease", "8.0", journal=journal))
     assert code == 0, err
     assert json.loads(out) == ["n0", "n1", "n2", "n3", "n4"]
     assert starts(journal) == Counter({"n0": 1, "n1": 1, "n2": 2, "n3": 1, "n4": 1})
+
+
+def lease_expired(pg, url: str, checkpoint_id: str) -> bool:
+    """Whether the run's newest lease has run out on the database's clock."""
+    from pg import database_of
+
+    return pg.sql("SELECT lease_expires < EXTRACT(EPOCH FROM clock_timestamp()) FROM waypoint_checkpoints WHERE "
+                  "checkpoint_id = $1 ORDER BY version DESC LIMIT 1", checkpoint_id, db=database_of(url)) == [(True,)]
 
 
 def test_the_worker_command_refuses_a_bad_graph_spec_in_one_line(tmp_path):

@@ -4,6 +4,7 @@ cookie (and its forgery guard), and no token value in a response or a log line."
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 
 import pytest
@@ -181,7 +182,8 @@ def test_logging_in_again_and_again_with_one_token_never_ends_anothers_session()
             assert viewer.post("/ui/login", json={"token": READER}, headers=login).status_code == 200
             took.append(time.monotonic() - t0)
             viewer.cookies.clear()
-        assert max(took[:10]) < 0.2 <= took[10] and took[11] >= 0.4, took  # 10 free, then 0.25 s, 0.5 s, ...
+        assert statistics.median(took[:10]) < 0.2 and took[10] >= 0.25 and took[11] >= 0.5, took  # 10 free, then
+        # 0.25 s, 0.5 s, ... (the delays are lower bounds: a loaded machine only adds to them)
         assert service.sessions.count(READER) == 5 and len(service.sessions) == 6
         assert admin.get("/ui/session").json() == {"scopes": ["delete", "read", "resume", "start"]}
         r = admin.post("/runs", json={"input": "ls", "checkpoint_id": "still-mine"}, headers={"X-Waypoint-CSRF": key})

@@ -170,6 +170,10 @@ def test_hostile_text_cannot_spoof_or_break_the_page(tmp_path):
         spoof = paused("spoof", ("execute", json.dumps({"command": bidi}, ensure_ascii=False)))
         lone = paused("lone", ("execute", '{"command": "ls \\ud800"}'))
         named = paused("run \u202eevil", ("exe\u200bcute", '{"command": "id"}'))
+        only_id = paused("plain run\u2066", ("execute", '{"command": "date"}'))  # nothing else is hostile
+        classes = "b\u2028c\u2029d\ue000e\ufe0ff\u3164g\U000e0041h"  # Zl, Zp, Co, ignorables, a tag (Cf)
+        every = paused("classes", ("execute", json.dumps({"command": classes}, ensure_ascii=False)))
+        # (a control character never reaches the page raw: run IDs refuse it, JSON text writes it escaped)
         failed = paused("half", ("execute", '{"command": "fail"}'), ("execute", '{"command": "echo half"}'))
         bad = next(i for i in failed["interrupts"] if i["arguments"]["command"] == "fail")
         r = api.post("/runs/half/resume", json={"answers": [{"action": "approve", "interrupt_id": bad["id"],
@@ -184,7 +188,7 @@ def test_hostile_text_cannot_spoof_or_break_the_page(tmp_path):
 
         failed = api.get("/runs/half").json()  # the answered pause is asked again under a new ID
 
-        expect(page.locator("#approvals li.card")).to_have_count(6)  # one bad run hides no other
+        expect(page.locator("#approvals li.card")).to_have_count(8)  # one bad run hides no other
         expect(card(plain).locator(".warning")).to_have_count(0)
         spoofed = card(spoof)
         expect(spoofed.locator(".warning")).to_contain_text("invisible or direction-changing")
@@ -196,6 +200,13 @@ def test_hostile_text_cannot_spoof_or_break_the_page(tmp_path):
         expect(card(named).locator(".tool")).to_have_text("exe\\u200bcute")
         expect(card(named).locator(".run-link")).to_have_text("run \\u202eevil")
         expect(card(named).locator(".warning")).to_have_count(1)
+        expect(card(only_id).locator(".warning")).to_have_count(1)  # its run ID alone hides a character
+        expect(card(only_id).locator(".run-link")).to_have_text("plain run\\u2066")
+        marked = card(every).locator("pre.arguments mark.hidden-char")
+        expect(marked).to_have_count(6)  # every class the page highlights, each shown by its code
+        for code in ("\\u2028", "\\u2029", "\\ue000", "\\ufe0f", "\\u3164", "\\u{e0041}"):
+            expect(card(every).locator("pre.arguments")).to_contain_text(code)
+        expect(card(every).locator(".warning")).to_have_count(1)
         for n in range(2):
             expect(card(failed, n).locator(".failure")).to_contain_text("the disk is full")
 

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -172,7 +173,7 @@ def test_repeated_wrong_tokens_are_slowed_and_the_page_is_not(tmp_path):
             t0 = time.monotonic()
             assert bad.get("/runs").status_code == 401
             took.append(time.monotonic() - t0)
-        assert max(took[:5]) < 0.2 <= took[5], took
+        assert statistics.median(took[:5]) < 0.2 and took[5] >= 0.25, took  # not slowed; then the first delay
         # a burst in parallel takes turns: one guess per delay (0.5 s, 1 s, 2 s), however many connections
         codes, barrier = [], threading.Barrier(3)
 
@@ -187,7 +188,7 @@ def test_repeated_wrong_tokens_are_slowed_and_the_page_is_not(tmp_path):
             t.start()
         t1 = time.monotonic()
         r = page.get("/runs")  # the page's session meanwhile: answered at once, not queued behind the guesses
-        assert r.status_code == 200 and time.monotonic() - t1 < 0.5
+        assert r.status_code == 200 and time.monotonic() - t1 < 1.5  # the guesses take 3.5 s: it is not behind them
         for t in threads:
             t.join(30)
         assert codes == [401] * 3 and time.monotonic() - t0 >= 3.0

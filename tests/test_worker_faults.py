@@ -246,9 +246,10 @@ def test_a_dead_workers_run_is_taken_over_one_run_lease_after_its_last_renewal(p
     fleet.append(victim)
     submit(pg_url, "slow", ["dead-1"])
     wait_until(lambda: ["work", "dead-1", "start", str(victim.pid)] in lines(journal), timeout=30)
-    other = worker(pg_url, "slow", journal, tmp_path, lease=2.0, claim=20.0, recover=False, WORK_SECONDS="0.1")
+    log = tmp_path / "other.log"
+    other = worker(pg_url, "slow", journal, tmp_path, lease=2.0, claim=20.0, recover=False, log=log, WORK_SECONDS="0.1")
     fleet.append(other)
-    time.sleep(1.5)  # the other one is up and idle
+    wait_until(lambda: "concurrency" in log.read_text(), timeout=60)  # the other one is up (its banner) and idle
     victim.send_signal(signal.SIGKILL)
     killed = time.monotonic()
     victim.wait(10)
@@ -257,7 +258,7 @@ def test_a_dead_workers_run_is_taken_over_one_run_lease_after_its_last_renewal(p
     (done,) = wait_all(pg_url, ["dead-1"])
     stop(other)
     assert done.outcome == "completed" and done.attempts == 2
-    assert took < 2.0 + 2.5, f"taken over {took:.1f} s after the kill"
+    assert took < 10, f"taken over {took:.1f} s after the kill: by the run's 2 s lease, not the claim's 20 s"
 
 
 # --- 9/10. a database that is down, or restarts ---------------------------------------------------------------
@@ -271,18 +272,18 @@ def test_a_worker_started_while_the_database_is_down_waits_for_it(pg, pg_url, tm
     later = tmp_path / "sock"
     later.mkdir()
     url = f"postgresql+asyncpg://postgres@/{database_of(pg_url)}?host={later}"
-    proc = worker(url, "slow", tmp_path / "journal", tmp_path, lease=2.0, poll=0.5, WORK_SECONDS="0")
+    log = tmp_path / "worker.log"
+    proc = worker(url, "slow", tmp_path / "journal", tmp_path, lease=2.0, poll=0.5, log=log, WORK_SECONDS="0")
     fleet.append(proc)
-    time.sleep(2.0)
-    assert proc.poll() is None, proc.communicate(timeout=5)
+    wait_until(lambda: "claiming work failed" in log.read_text() or proc.poll() is not None, timeout=60)
+    assert proc.poll() is None, log.read_text()  # it tried, failed, and is still there
     for name in os.listdir(pg.socket_dir):  # the server comes up at the worker's address
         if name.startswith(".s.PGSQL."):
             os.symlink(Path(pg.socket_dir) / name, later / name)
     submit(pg_url, "slow", ["late-1"])
     (done,) = wait_all(pg_url, ["late-1"], timeout=30)
-    err = stop(proc)
+    stop(proc, log)
     assert done.outcome == "completed" and done.worker.split(":")[2] == str(proc.pid)
-    assert "claiming work failed" in err  # it said what it was waiting for
 
 
 def test_the_worker_command_refuses_a_pool_of_one_in_one_line(pg_url, tmp_path):
@@ -308,20 +309,22 @@ def limited_role(pg, pg_url: str, limit: int) -> str:
     return limited
 
 
+@pytest.mark.soak
 @pytest.mark.parametrize("recover", [True, False], ids=["recovering", "no-recover"])
 def test_a_fleet_with_fewer_connections_than_it_wants_completes_every_run_and_runs_every_call_once(
         pg, pg_url, tmp_path, fleet, recover):
-    """Three workers, `--pool 2 --concurrency 16`, 2 s leases, a role that may hold 4 connections — where one
+    """Three workers, `--pool 2 --concurrency 16`, 3 s leases, a role that may hold 4 connections — where one
     worker alone wants 3 (its pool's LISTEN and one for runs, plus the one it keeps for renewals) — and ten runs of
-    three sequential 3 s calls each: every call longer than the lease. Leases are renewed on the connection kept
+    three sequential 4 s calls each: every call longer than the lease (a lease renewed every second: room for a
+    loaded machine, where a process may not run for a second). Leases are renewed on the connection kept
     for them, so none is lost to the shortage: every run completes, each of its 30 calls ran exactly once, no run
     is stored failed, and every worker drains and exits 0. (It used to run one call up to 27 times.)"""
     limited = limited_role(pg, pg_url, 4)
     journal = tmp_path / "journal"
-    env = {"EFFECT_SECONDS": "3"}
+    env = {"EFFECT_SECONDS": "4"}
     workers = []
     for _ in range(3):
-        workers.append(worker(limited, "three_calls", journal, tmp_path, lease=2.0, concurrency=16, pool=2,
+        workers.append(worker(limited, "three_calls", journal, tmp_path, lease=3.0, concurrency=16, pool=2,
                               recover=recover, **env))
     fleet.extend(workers)
     ids = [f"starved-{i}" for i in range(10)]
@@ -330,7 +333,9 @@ def test_a_fleet_with_fewer_connections_than_it_wants_completes_every_run_and_ru
     errs = [stop(w) for w in workers]
     assert [d.outcome for d in done] == ["completed"] * 10, [(d.checkpoint_id, d.outcome, d.error) for d in done]
     starts = Counter((w[1], w[2]) for w in lines(journal) if w[0] == "effect" and w[3] == "start")
-    assert starts == Counter({(cid, f"call-{n}"): 1 for cid in ids for n in (1, 2, 3)}), starts
+    twice = {key for key, n in starts.items() if n > 1}
+    assert starts == Counter({(cid, f"call-{n}"): 1 for cid in ids for n in (1, 2, 3)}), (
+        [w for w in lines(journal) if tuple(w[1:3]) in twice], [e[-6000:] for e in errs])
     from pg import database_of
 
     assert pg.sql("SELECT COUNT(*) FROM waypoint_checkpoints WHERE status = 'failed'", db=database_of(pg_url)) == [(0,)]

@@ -29,6 +29,11 @@ def _import_the_standard_librarys_cmd() -> None:
 
 _import_the_standard_librarys_cmd()
 
+try:  # imported here, on the main thread: pytest rewrites anyio's modules (a plugin's) with ast.parse, which is not
+    import mcp  # noqa: F401 - thread-safe on CPython 3.11.7 (gh-106905); the SDK imports them lazily, from any thread
+except ImportError:
+    pass
+
 from waypoint.engine import END, START, Graph  # noqa: E402
 
 

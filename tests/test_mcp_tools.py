@@ -496,3 +496,14 @@ async def test_tools_a_server_runs_only_as_tasks_are_left_out_until_tasks_are_su
         assert called.startswith("[tool error] tool 'long_report':") and "runs only as a task" in called
     finally:
         await server.aclose()
+
+
+async def test_a_session_that_fails_before_its_handshake_is_told_to_the_caller_at_once(tmp_path, monkeypatch):
+    """What fails inside the session's own task before the handshake (here: importing the SDK) is the caller's
+    error, naming its cause — not a handshake that "got no answer" once connect_timeout has passed."""
+    server = stdio(tmp_path / "journal", connect_timeout=600)
+    monkeypatch.setitem(sys.modules, "mcp", None)  # `from mcp import Client` raises ImportError
+    with pytest.raises(MCPConnectionError, match="import of mcp halted") as caught:
+        async with asyncio.timeout(60):
+            await server.list_tools()
+    assert "no answer" not in str(caught.value)

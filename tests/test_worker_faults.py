@@ -197,8 +197,8 @@ def test_an_editor_whose_clock_runs_ahead_cannot_edit_a_run_a_worker_is_running(
     the lease long expired — the store, judging on its own clock in the edit's transaction, refuses the edit. The
     node runs once, in the worker, and the run completes with no edit in its history. (It used to be edited, and
     the node ran twice in two processes.)"""
-    journal = tmp_path / "journal"
-    w = worker(pg_url, "stateful", journal, tmp_path, lease=30.0, WORK_SECONDS="3")
+    journal, release = tmp_path / "journal", tmp_path / "release"
+    w = worker(pg_url, "stateful", journal, tmp_path, lease=30.0, WORK_UNTIL=str(release))
     fleet.append(w)
     submit(pg_url, "stateful", ["edit-1"])
     wait_until(lambda: ["work", "edit-1", "start", str(w.pid)] in lines(journal), timeout=30)
@@ -221,6 +221,7 @@ asyncio.run(main())
 """
     out = subprocess.run([sys.executable, "-c", editor], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": str(PROCS), "FLEET_LEASE": "30"})
+    release.touch()  # the node was inside its step throughout the edit
     assert out.stdout.startswith("refused: run 'edit-1' is running"), (out.stdout, out.stderr)
     (done,) = wait_all(pg_url, ["edit-1"])
     stop(w)

@@ -79,9 +79,9 @@ class Connection:
         await self.ready.wait()
 
     async def _hold(self) -> None:
-        from mcp import Client
-
         try:
+            from mcp import Client  # inside: an import that fails is this connection's error, told to its caller
+
             # No read timeout in the SDK: every wait is bounded by its caller's deadline (`ask`, `open`).
             async with Client(self._transport(self), read_timeout_seconds=None) as client:
                 self.client = client

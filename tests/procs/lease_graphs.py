@@ -6,8 +6,8 @@ per line, so lines of concurrent processes never mix); $FLEET_LEASE sets the run
 - `sequential`: an agent whose model asks for two tool calls, run one after the other; the tool journals
   "effect <run> <call> start|done"; call 1 takes $EFFECT_SECONDS (default 0.05), call 2 0.05 s; each returns
   "effect <n> done by <pid>".
-- `slow`: START -> work -> END; `work` journals "work <run> start", sleeps $WORK_SECONDS (default 60)
-  and journals "work <run> done".
+- `slow`: START -> work -> END; `work` journals "work <run> start", sleeps $WORK_SECONDS (default 60), or
+  until the file $WORK_UNTIL exists when that is set, and journals "work <run> done".
 - `stateful`: `slow` with a run-local state (a dict), for `update_state`.
 - `three_calls`: an agent whose model asks for three calls of `slow_effect` at once, run one after the other,
   each taking $EFFECT_SECONDS (default 0.05) — calls longer than the lease when the test says so.
@@ -72,9 +72,15 @@ def sequential(store):
 
 
 async def _work(x):
+    """Takes $WORK_SECONDS, or — with $WORK_UNTIL set — until that file exists (the test says when)."""
     cid = current_checkpoint_id()
     journal("work", cid, "start")
-    await asyncio.sleep(float(os.environ.get("WORK_SECONDS", "60")))
+    until = os.environ.get("WORK_UNTIL")
+    if until:
+        while not os.path.exists(until):
+            await asyncio.sleep(0.02)
+    else:
+        await asyncio.sleep(float(os.environ.get("WORK_SECONDS", "60")))
     journal("work", cid, "done")
     return x
 

@@ -346,7 +346,9 @@ class _Session:
 
     async def _check_lease(self, head: Any) -> None:
         """A running run is taken only once its lease expired on the store's clock, or with takeover=True —
-        and never from an owner this process can see is alive (itself, or a live PID on this host).
+        and never from an owner this process can see is alive (itself, or a live PID on this host). A run whose
+        owner this process can see is dead (a PID gone from this host) may be abandoned (`force_new_run`) at
+        once.
 
         The store's clock is read first, then the lease again: a renewal that lands after the clock was read
         shows in the lease read after it, and one that comes later still is refused by the store (the lease
@@ -368,6 +370,12 @@ class _Session:
         if self.opts.takeover:
             self.cp.takeover = True  # the claim's write may take the lease the store still sees live
             return
+        if state is OwnerState.DEAD and self.opts.force_new_run:  # its owner cannot write: the caller's asked
+            self.cp.takeover = True                                  # to abandon the run, and may now
+            return
+        if self.opts.force_new_run:
+            raise CheckpointConflict(f"{held}; {known}: wait for its lease to run out, or for it to pause or "
+                                     "finish, before abandoning it (force_new_run)")
         if state is OwnerState.DEAD:
             raise CheckpointConflict(f"{held}; {known}: pass takeover=True to continue it now")
         raise CheckpointConflict(f"{held}; wait for it, or pass takeover=True if you know that process is dead")

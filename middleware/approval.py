@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import hashlib
+import inspect
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
@@ -92,22 +93,35 @@ class ApprovalMiddleware(AgentMiddleware):
     """Pause before the guarded tools run, until a person approves or rejects each call. Works on invokable and
     streamable tools.
 
-    `ApprovalMiddleware(tools)`, where `tools` is one of:
+    `ApprovalMiddleware(tools, when=None)`, where `tools` selects the guarded tools by name:
 
     - tool names, exactly as the agent has them (`{"execute"}`), or glob patterns (`{"fs_*", "*write_file"}`,
-      `fnmatch` syntax, case-sensitive) where a prefix or a server's renames make names unstable — a name or
-      pattern as a plain string is one name (`"execute"`);
-    - a predicate `tools(name, arguments_json) -> bool`, asked at each call (the agent's build cannot check
-      what it matches: it is yours to get right).
+      `fnmatch` syntax, case-sensitive; a name that holds `*?[` matches itself too) where a prefix or a server's
+      renames make names unstable — a name or pattern as a plain string is one name (`"execute"`);
+    - or a predicate over names, `tools(name) -> bool`.
 
-    Fails closed: no tools named (the argument missing, an empty set) is a `GraphBuildError` at once; a name or
-    pattern that matches no tool of the agent is a `GraphBuildError` when the agent (or `ToolsNode`) is built,
-    naming the tools it has and the nearest names. A guard never silently guards nothing.
+    `when(name, arguments_json) -> bool`, if given, is asked at each call of a selected tool: False runs that
+    call without approval (say, only commands that delete). A condition on the arguments cannot be checked
+    at build; which tools it may guard can, so it always comes with `tools`.
+
+    Fails closed: no tools selected (the argument missing, an empty set) is a `GraphBuildError` at once; a name,
+    pattern or predicate that selects no tool of the agent is a `GraphBuildError` when the agent (or `ToolsNode`)
+    is built, naming the tools it has and the nearest names. A guard never silently guards nothing.
     """
 
-    def __init__(self, tools: Iterable[str] | str | Callable[[str, str], bool] | None = None) -> None:
+    def __init__(self, tools: Iterable[str] | str | Callable[[str], bool] | None = None, *,
+                 when: Callable[[str, str], bool] | None = None) -> None:
+        self._when = when
+        if when is not None and not callable(when):
+            raise GraphBuildError(f"ApprovalMiddleware(when={when!r}): `when` is a function "
+                                  "(name, arguments_json) -> bool, asked at each call of a guarded tool")
         if callable(tools):
-            self._predicate: Callable[[str, str], bool] | None = tools
+            if _arity(tools) != 1:
+                raise GraphBuildError(
+                    f"ApprovalMiddleware(tools={tools!r}): a predicate selects tools by name alone, "
+                    "tools=lambda name: ... (checked against the agent's tools when it is built); a condition on "
+                    "the arguments goes in when=lambda name, arguments_json: ..., beside the tools it applies to")
+            self._predicate: Callable[[str], bool] | None = tools
             self._names: frozenset[str] = frozenset()
             self._patterns: tuple[str, ...] = ()
             return
@@ -116,28 +130,36 @@ class ApprovalMiddleware(AgentMiddleware):
         if not named or bad:
             raise GraphBuildError(
                 f"ApprovalMiddleware(tools={tools!r}) guards no tool: name the tools that need approval — "
-                "ApprovalMiddleware(tools={'execute'}), a pattern such as {'fs_*'}, or a predicate "
-                "(name, arguments_json) -> bool" + (f" (not names: {bad!r})" if bad else ""))
+                "ApprovalMiddleware(tools={'execute'}), a pattern such as {'fs_*'}, or a predicate over names "
+                "(tools=lambda name: ...)" + (f" (not names: {bad!r})" if bad else ""))
         self._predicate = None
-        self._names = frozenset(t for t in named if not _PATTERN & set(t))
+        self._names = frozenset(named)  # a pattern's own text is a name too: 'rm[1]' guards a tool named so
         self._patterns = tuple(sorted({t for t in named if _PATTERN & set(t)}))
 
-    def guards(self, name: str, arguments_json: str) -> bool:
+    def selects(self, name: str) -> bool:
+        """Whether the tool `name` is guarded (before `when`)."""
         if self._predicate is not None:
-            return bool(self._predicate(name, arguments_json))
+            return bool(self._predicate(name))
         return name in self._names or any(fnmatch.fnmatchcase(name, p) for p in self._patterns)
 
+    def guards(self, name: str, arguments_json: str) -> bool:
+        """Whether this call of `name` waits for approval."""
+        return self.selects(name) and (self._when is None or bool(self._when(name, arguments_json)))
+
     def check_tools(self, tools: Sequence[str], where: str) -> None:
-        """Refuse (`GraphBuildError`) a name or pattern that matches none of `tools`, the tools of `where`."""
+        """Refuse (`GraphBuildError`) a name, pattern or predicate that selects none of `tools`, the tools of
+        `where`."""
         if self._predicate is not None:
-            return
-        matched = {n: [n] if n in tools else [] for n in sorted(self._names)}
-        matched.update({p: [t for t in tools if fnmatch.fnmatchcase(t, p)] for p in self._patterns})
+            matched = {"the predicate": [t for t in tools if self.selects(t)]}
+        else:
+            matched = {n: [n] if n in tools else [] for n in sorted(self._names - set(self._patterns))}
+            matched.update({p: [t for t in tools if t == p or fnmatch.fnmatchcase(t, p)] for p in self._patterns})
         missing = [n for n, found in matched.items() if not found]
         if not missing:
             return
         has = ", ".join(tools) if tools else "none"
-        said = "; ".join(f"{n!r} matches no tool{_nearest(n, tools)}" for n in missing)
+        said = "; ".join("the predicate matches no tool" if n == "the predicate" else
+                         f"{n!r} matches no tool{_nearest(n, tools)}" for n in missing)
         did = "; ".join(f"{n!r} matched {', '.join(found)}" for n, found in matched.items() if found)
         raise GraphBuildError(
             f"{where}: ApprovalMiddleware guards nothing under {', '.join(map(repr, missing))}: {said} (its tools: "
@@ -174,6 +196,17 @@ class ApprovalMiddleware(AgentMiddleware):
             return chunks()
 
         return approved_first
+
+
+def _arity(fn: Callable[..., Any]) -> int | None:
+    """How many positional arguments `fn` takes (None: cannot tell, or takes any number)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return None
+    return sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty)
 
 
 def _nearest(name: str, tools: Sequence[str]) -> str:

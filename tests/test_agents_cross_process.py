@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).parent / "procs" / "agent_proc.py"
 
 
@@ -77,18 +79,20 @@ def test_sigkill_between_sibling_tool_calls_reruns_only_the_unfinished_one(tmp_p
     assert out[-1] == {"role": "assistant", "content": "fast result; slow result"}
 
 
-def test_a_turn_abandoned_after_a_crash_inside_a_call_tells_the_model_the_call_started(tmp_path):
+@pytest.mark.parametrize("lease", ["1", "600"], ids=["lease-ran-out", "owner-dead-lease-live"])
+def test_a_turn_abandoned_after_a_crash_inside_a_call_tells_the_model_the_call_started(tmp_path, lease):
     """A process is SIGKILLed inside `slow` (started, its side effect perhaps done, no result recorded); another
     process abandons that turn with new input (`force_new_run=True`). The history the model then reads says the
     call started and its outcome is unknown, with its idempotency key — not that it did not run, which would have
     the model ask again and a person approve an operation that may already have happened — while the call that
-    finished keeps its result."""
+    finished keeps its result. With a lease still live on the store, the turn is abandoned at once all the same:
+    its owner is a process this host can see is gone."""
     import waypoint.engine.agents  # noqa: F401 - registers AgentState and Message, which the stored run holds
     from waypoint.engine import read_run
     from waypoint.stores import SQLiteStore
 
     db, journal = tmp_path / "agent.db", tmp_path / "journal"
-    proc = start(db, "job", "crash", "--slow-sleep", "60", "--lease", "1", journal=journal)
+    proc = start(db, "job", "crash", "--slow-sleep", "60", "--lease", lease, journal=journal)
     wait_until(lambda: journal.exists() and any(l[0] == "slow" for l in journal_lines(journal)))
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
@@ -100,7 +104,10 @@ def test_a_turn_abandoned_after_a_crash_inside_a_call_tells_the_model_the_call_s
                                 "waypoint_checkpoints WHERE checkpoint_id = 'job' ORDER BY version DESC LIMIT 1"
                                 ).fetchone()[0] == 1
 
-    wait_until(lease_over)
+    if lease == "1":
+        wait_until(lease_over)
+    else:
+        assert not lease_over()
     code, out, err = run(db, "job", "crash", "--abandon-with", "what happened?", journal=journal)
     assert code == 0, err
 

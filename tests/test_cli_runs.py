@@ -520,7 +520,7 @@ def execute(command: str) -> str:
 ARGS = '{"command": "echo hello \u202e\u2066; rm -rf ~/ \u2069 \u2066#\u2069\u202c \\u001b[2J ls \\ud800"}'
 model = ScriptedChatModel([Message.assistant("ok", tool_calls=[ToolCall(id="c1", name="exe\u200bcute", arguments=ARGS)])])
 agent = ChatModelAgent(name="ops-test", model=model, tools=[execute],
-                       middlewares=[ApprovalMiddleware(tools=lambda n, a: True)])
+                       middlewares=[ApprovalMiddleware(tools=lambda n: True)])
 
 async def main():
     async for _ in Runner(agent, store=SQLiteStore(sys.argv[1])).run("go", checkpoint_id="bidi \u202erun"):

@@ -507,3 +507,16 @@ async def test_a_session_that_fails_before_its_handshake_is_told_to_the_caller_a
         async with asyncio.timeout(60):
             await server.list_tools()
     assert "no answer" not in str(caught.value)
+
+
+@pytest.mark.parametrize("option", ["timeout", "connect_timeout"])
+@pytest.mark.parametrize("value", [None, 0, -1, "5", float("inf"), True])
+def test_a_timeout_that_cannot_bound_a_wait_is_refused_when_the_server_is_described(tmp_path, option, value):
+    """None would wait for a hung server for ever; 0 reports a call that ran as unanswered (and a retry runs it
+    again); a string fails later as a misleading connection error."""
+    from waypoint.engine import GraphBuildError
+
+    with pytest.raises(GraphBuildError, match=rf"MCP server 'test': {option}=.* must be a positive number"):
+        stdio(tmp_path / "journal", **{option: value})
+    with pytest.raises(GraphBuildError, match=rf"{option}="):
+        MCPServerStreamableHTTP("http://127.0.0.1:9/mcp", name="test", **{option: value})

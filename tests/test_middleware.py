@@ -464,6 +464,48 @@ def test_one_tool_named_as_a_string_is_guarded_not_taken_for_its_letters():
     assert paused_on(events) == "execute" and ran["rm -rf /srv/data"] == 0
 
 
+def test_a_predicate_selects_tools_by_name_and_one_that_selects_none_is_refused_when_the_agent_is_built():
+    """A predicate is asked about each tool's name at build, like a name: one that selects none is refused; one that
+    wants the arguments is refused too (it cannot be checked) and pointed at `when=`, which narrows named tools."""
+    from waypoint.engine import GraphBuildError
+
+    with pytest.raises(GraphBuildError, match=r"agent 'ops': .*the predicate matches no tool \(its tools: execute, "
+                                              r"tail\)"):
+        ChatModelAgent(name="ops", model=ScriptedChatModel(["hi"]), tools=[execute, tail],
+                       middlewares=[ApprovalMiddleware(tools=lambda name: name == "exeucte")])
+    with pytest.raises(GraphBuildError, match=r"selects tools by name alone.*when=lambda name, arguments_json"):
+        ApprovalMiddleware(tools=lambda name, arguments: name == "execute")
+    model = ScriptedChatModel([ask(("execute", {"command": "ls"}), ("execute", {"command": "rm -rf /srv/data"})),
+                               "done"])
+    guard = ApprovalMiddleware(tools=lambda name: name.startswith("exec"), when=lambda name, args: "rm " in args)
+    agent = ChatModelAgent(name="ops", model=model, tools=[execute, tail], middlewares=[guard])
+    events = Runner(agent, store=MemoryStore()).run_sync("clean", checkpoint_id="p1")
+    assert paused_on(events) == "execute"
+    assert ran["ls"] == 1 and ran["rm -rf /srv/data"] == 0  # only the call `when` chose waits
+
+
+def test_a_tool_name_that_looks_like_a_pattern_is_guarded_by_its_own_name_too():
+    """'rm[1]' names a tool of that name (and, as a pattern, `rm1`): the exact tool is never left unguarded."""
+    @tool(name="rm[1]")
+    def rm_bracket(path: str) -> str:
+        """Remove."""
+        ran[path] += 1
+        return "removed"
+
+    model = ScriptedChatModel([ask(("rm[1]", {"path": "/srv/x"})), "done"])
+    agent = ChatModelAgent(name="ops", model=model, tools=[rm_bracket, tail], middlewares=[ApprovalMiddleware("rm[1]")])
+    events = Runner(agent, store=MemoryStore()).run_sync("go", checkpoint_id="b1")
+    assert paused_on(events) == "rm[1]" and ran["/srv/x"] == 0
+
+
+@pytest.mark.parametrize("nested", [[[ApprovalMiddleware("execute")]], [(ApprovalMiddleware("execute"),)], [None]])
+def test_a_middleware_list_nested_in_the_list_is_refused_not_ignored(nested):
+    from waypoint.engine import GraphBuildError
+
+    with pytest.raises(GraphBuildError, match=r"agent 'ops': middlewares= holds .* which is no middleware"):
+        ChatModelAgent(name="ops", model=ScriptedChatModel(["hi"]), tools=[execute, tail], middlewares=nested)
+
+
 def paused_on(events) -> str:
     """The tool the run paused on for approval (it must have paused)."""
     (ctx,) = next(e.action.interrupted for e in events if e.action and e.action.interrupted).contexts

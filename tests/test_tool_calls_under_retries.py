@@ -188,7 +188,7 @@ async def test_a_model_is_tried_exactly_max_attempts_times(streaming):
 async def test_sequential_tools_wait_behind_a_paused_call():
     model = ScriptedChatModel([calls(("execute", {"command": "backup /data"}), ("execute", {"command": "delete /data"})),
                                lambda msgs, _: "done"])
-    guard = ApprovalMiddleware(lambda name, args: "backup" in args)
+    guard = ApprovalMiddleware(tools={"execute"}, when=lambda name, args: "backup" in args)
     runner = Runner(ChatModelAgent(name="q", model=model, tools=[execute], middlewares=[guard],
                                    sequential_tools=True), store=MemoryStore())
     seen = await consume(runner.run("go", checkpoint_id="q"))
@@ -230,7 +230,7 @@ async def test_the_unknown_tool_handler_is_guarded_like_a_tool():
 
     model = ScriptedChatModel([calls(("shell", {"cmd": "rm -rf /"})), lambda msgs, _: msgs[-1].content])
     agent = ChatModelAgent(name="u", model=model, tools=[execute], unknown_tool_handler=shell,
-                           middlewares=[ApprovalMiddleware(lambda name, args: True)])
+                           middlewares=[ApprovalMiddleware(tools=lambda name: True)])
     runner = Runner(agent, store=MemoryStore())
     seen = await consume(runner.run("go", checkpoint_id="u"))
     (paused,) = [s for s in seen if s[0] == "paused"]

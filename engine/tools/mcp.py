@@ -52,13 +52,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import re
 import threading
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, NoReturn
 
-from ..errors import WaypointError
+from ..errors import GraphBuildError, WaypointError
 from ..models._outgoing import depth as _depth
 from ..models.schema import ToolInfo
 from ._mcp_connection import Closes, Connection, finished
@@ -158,6 +159,15 @@ class MCPTool(Tool):
                                        trace)
 
 
+def _seconds(value: Any, what: str, server: str) -> float:
+    """A bound in seconds: a positive, finite number. A wait without bound, or one no answer can meet (0: a
+    call that ran is reported as unanswered, and retried), is refused when the server is described."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise GraphBuildError(f"MCP server '{server}': {what}={value!r} must be a positive number of seconds (a "
+                         f"wait with no bound, or one no server can meet, is refused): say {what}=30, for instance")
+    return float(value)
+
+
 class _MCPServer:
     """Connection management, tool listing and calls shared by both transports."""
 
@@ -174,8 +184,8 @@ class _MCPServer:
         self.tool_prefix = tool_prefix
         self.include = None if include is None else frozenset(include)
         self.exclude = frozenset(exclude)
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
+        self.timeout = _seconds(timeout, "timeout", name)
+        self.connect_timeout = _seconds(connect_timeout, "connect_timeout", name)
         self.max_result_chars = max_result_chars
         self.skipped: dict[str, str] = {}
         """Tools of the server that were left out, and why."""

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import LeaseLost, WaypointError
+from ..errors import GraphBuildError, LeaseLost, WaypointError
 from ..node_calls import in_daemon_thread
 from ..scope import current_task
 from ..interrupts import CompositeInterrupt, Interrupt
@@ -59,6 +59,10 @@ HANDOFF = "handoff:"
 
 _STATE = 2
 """The paused state's format: 2 keys calls by slot (position and ID); 1 keyed them by the model's ID."""
+
+_HOOKS = ("before_agent", "after_agent", "before_model", "after_model", "wrap_model", "wrap_invokable_tool_call",
+          "wrap_streamable_tool_call", "check_tools")
+"""What makes an object a middleware (engine/agents/middleware.py): any one of these."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +151,12 @@ class ToolsNode:
         self.sequential = sequential
         self.unknown_tool_handler = unknown_tool_handler
         self.middlewares = tuple(middlewares)
+        for mw in self.middlewares:
+            if not any(callable(getattr(mw, hook, None)) for hook in _HOOKS):  # a list in the list, say: it
+                raise GraphBuildError(                                           # would guard nothing, silently
+                    f"{where}: middlewares= holds {type(mw).__name__} {mw!r:.120}, which is no middleware (it has "
+                    f"none of the hooks {', '.join(_HOOKS)}); pass each middleware as an item of one flat list, "
+                    "middlewares=[ApprovalMiddleware(...), ...]")
         for mw in self.middlewares:  # a middleware that cannot work with these tools is refused now (`where`)
             check = getattr(mw, "check_tools", None)
             if check is not None:

@@ -86,7 +86,7 @@ def _spelled(messages: list, tools: list) -> Message:
 def raw() -> ChatModelAgent:
     model = ScriptedChatModel([_spelled] * 100_000)
     return ChatModelAgent(name="raw", model=model, tools=[raw_execute, odd_execute, transfer],
-                          middlewares=[ApprovalMiddleware(tools=lambda name, arguments: True)])
+                          middlewares=[ApprovalMiddleware(tools=lambda name: True)])
 
 
 def _asks(tool_name: str, key: str, agent: str):

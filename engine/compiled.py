@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .checkpoint import Checkpointer
-from .errors import CheckpointNotFound, WaypointError
+from .errors import CheckpointNotFound, GraphInterrupted, WaypointError
 from .events import Emitter, Event
 from .interrupts import InterruptInfo
 from .lifecycle import RunOptions, run_graph
@@ -25,6 +26,8 @@ from .shape import GraphShape
 from .state_update import update_state
 
 __all__ = ["CompiledGraph", "RunSnapshot", "read_run"]
+
+log = logging.getLogger("waypoint.run")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -292,6 +295,10 @@ async def _drain(run: Any, queue: asyncio.Queue[Any]) -> AsyncIterator[Any]:
                     queue.get_nowait()
                 await asyncio.wait((task,), timeout=0.05)
             await asyncio.gather(task, return_exceptions=True)
+        elif not task.cancelled() and (err := task.exception()) is not None:  # the consumer left before the end:
+            if not isinstance(err, GraphInterrupted):  # what it did not read is said here, not when the task is
+                log.warning("a run ended in %s after its consumer stopped reading: %s",  # collected (a log line
+                            type(err).__name__, err)                                   # at a random moment)
 
 
 def run_sync(make: Callable[[], Any], *, what: str, instead: str = "await graph.ainvoke(...)") -> Any:

@@ -150,7 +150,7 @@ def _needs_approval(name: str, arguments: str) -> bool:
 
 def _fleet_agent() -> ChatModelAgent:
     return ChatModelAgent(name="fleet-r", model=_Turns(), tools=[effect],
-                          middlewares=[ApprovalMiddleware(tools=_needs_approval)])
+                          middlewares=[ApprovalMiddleware(tools={"effect"}, when=_needs_approval)])
 
 
 def fleet(store):

@@ -2,6 +2,7 @@
 
 Cases:
   nostore  Waypoint: no store, default trigger ("any", Pregel) · LangGraph: no checkpointer
+  ainvoke  as nostore, both through `ainvoke` (sync nodes: Waypoint runs each on a thread, LangGraph in its executor)
   memory   Waypoint: MemoryStore, durability="step" · LangGraph: InMemorySaver, durability="sync"
   sqlite   Waypoint: SQLiteStore(file), durability="step" · LangGraph: SqliteSaver(file), durability="sync"
            (each as shipped: Waypoint WAL + synchronous=NORMAL, LangGraph WAL + sqlite's default FULL)
@@ -18,7 +19,8 @@ from bench._harness import Target, child_main
 from bench._stores import langgraph_saver, waypoint_store
 
 N_NODES = 100
-CASES = ("nostore", "memory", "sqlite", "sqlite-normal", "sqlite-full")
+CASES = ("nostore", "ainvoke", "memory", "sqlite", "sqlite-normal", "sqlite-full")
+ASYNC_CASES = ("ainvoke",)
 
 
 def _expect(value: Any, want: Any) -> None:
@@ -27,7 +29,7 @@ def _expect(value: Any, want: Any) -> None:
 
 
 def make_waypoint(case: str, api: str) -> Target:
-    store, close = waypoint_store(case)  # first: a missing store class is "n/a", not an error
+    store, close = waypoint_store("nostore" if case == "ainvoke" else case)  # first: a missing store class is "n/a", not an error
     from waypoint.engine import END, START, Graph
 
     g = Graph(name="b1")
@@ -63,7 +65,7 @@ def make_langgraph(case: str, api: str) -> Target:
     def step(s: S) -> dict[str, int]:
         return {"n": s["n"] + 1}
 
-    saver, close = langgraph_saver(case, api)
+    saver, close = langgraph_saver("nostore" if case == "ainvoke" else case, api)
     g = StateGraph(S)
     for i in range(N_NODES):
         g.add_node(f"n{i}", step)
@@ -90,4 +92,4 @@ def make(impl: str, case: str, api: str) -> Target:
 
 
 if __name__ == "__main__":
-    child_main(make, CASES, "us_per_step", __doc__)
+    child_main(make, CASES, "us_per_step", __doc__, async_cases=ASYNC_CASES)

@@ -30,8 +30,8 @@ from bench._harness import Target, child_main
 from bench._stores import langgraph_saver, waypoint_store
 
 WIDTH = 50
-CASES = ("nostore", "nostore-any", "async-nodes", "sqlite", "sqlite-normal", "sqlite-full")
-ASYNC_CASES = ("async-nodes",)
+CASES = ("nostore", "nostore-any", "ainvoke", "async-nodes", "sqlite", "sqlite-normal", "sqlite-full")
+ASYNC_CASES = ("ainvoke", "async-nodes")
 
 
 def _expect(value: Any, want: Any) -> None:

@@ -22,6 +22,8 @@ ROWS: dict[str, list[Row]] = {
     "b1": [
         Row("B1 linear, 100 nodes", "no store", "bench.b1_linear", "us_per_step", "µs/step",
             "nostore", "nostore", "≤ 0.10"),
+        Row("B1 linear, 100 nodes", "no store, sync nodes, both ainvoke (B1a)", "bench.b1_linear", "us_per_step",
+            "µs/step", "ainvoke", "ainvoke", "≤ 0.10"),
         Row("B1 linear, 100 nodes", "memory (WP MemoryStore step · LG InMemorySaver sync)", "bench.b1_linear",
             "us_per_step", "µs/step", "memory", "memory"),
         Row("B1 linear, 100 nodes", "SQLite file as shipped (WP step, NORMAL · LG SqliteSaver sync, FULL)",
@@ -102,6 +104,8 @@ ROWS: dict[str, list[Row]] = {
             "nostore", "nostore", "≤ 0.2"),
         Row("B4 fan-out 50 + join", "no store (WP trigger=any)", "bench.b4_fanout", "us_per_task", "µs/task",
             "nostore-any", "nostore", "≤ 0.2"),
+        Row("B4 fan-out 50 + join", "no store, sync nodes, both ainvoke (WP trigger=all; B4a)", "bench.b4_fanout",
+            "us_per_task", "µs/task", "ainvoke", "ainvoke", "≤ 0.10"),
         Row("B4 fan-out 50 + join", "no store, async def nodes, both ainvoke (WP trigger=all)", "bench.b4_fanout",
             "us_per_task", "µs/task", "async-nodes", "async-nodes", "≤ 0.2"),
         Row("B4 fan-out 50 + join", "SQLite file as shipped (WP step, NORMAL, trigger=all · LG sync, FULL)",

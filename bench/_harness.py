@@ -30,8 +30,8 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-IMPLS = ("waypoint", "langgraph", "dbos")
-PEERS = {"langgraph": "LangGraph", "dbos": "DBOS"}
+IMPLS = ("waypoint", "langgraph", "dbos", "floor")
+PEERS = {"langgraph": "LangGraph", "dbos": "DBOS", "floor": "bare fsync'd commit"}
 CHILD_TIMEOUT_S = 180
 
 
@@ -227,7 +227,7 @@ def langgraph_installed() -> bool:
 
 
 def peer_installed(peer: str) -> bool:
-    return importlib.util.find_spec(peer) is not None
+    return peer == "floor" or importlib.util.find_spec(peer) is not None  # "floor": the standard library's sqlite3
 
 
 def dbos_version() -> str:

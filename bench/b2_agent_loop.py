@@ -55,7 +55,7 @@ from typing import Annotated, Any
 from bench._harness import child_parser, emit, error_payload
 from bench._stores import temp_db
 
-CASES = ("it50", "it100", "it200", "it200-normal", "it200-full", "it200-dicts", "it3000", "it3000-dicts",
+CASES = ("it50", "it100", "it200", "it200-delta", "it200-normal", "it200-full", "it200-dicts", "it3000", "it3000-dicts",
          "it3000-reduce", "it3000-dicts-reduce")
 WARMUP_ITERATIONS = 3
 CONTENT = 480  # characters of content: the message is ~500 bytes once encoded
@@ -194,14 +194,21 @@ def run_waypoint(iterations: int, sync: str, dicts: bool = False, reduce: bool =
 # --------------------------------------------------------------------------- LangGraph
 
 
-def run_langgraph(iterations: int, sync: str) -> dict[str, Any]:
+def run_langgraph(iterations: int, sync: str, delta: bool = False) -> dict[str, Any]:
+    """`delta`: the message list in LangGraph's `DeltaChannel` (its incremental history: only each step's writes
+    are stored, a snapshot every 100 updates), instead of `operator.add`, which stores the whole list per step."""
     from typing import TypedDict
 
     from langgraph.checkpoint.sqlite import SqliteSaver
     from langgraph.graph import END, START, StateGraph
 
-    class S(TypedDict):
-        messages: Annotated[list, operator.add]
+    if delta:  # the functional form: evaluated here (this module's annotations are strings)
+        from langgraph.channels.delta import DeltaChannel
+
+        appended = DeltaChannel(lambda state, writes: [*state, *(m for w in writes for m in w)])
+        S = TypedDict("S", {"messages": Annotated[list, appended]})  # noqa: N806
+    else:
+        S = TypedDict("S", {"messages": Annotated[list, operator.add]})  # noqa: N806
 
     def build(path: Path, n: int, stamps: list[int], stack: contextlib.ExitStack) -> Any:
         def model(s: S) -> dict[str, Any]:
@@ -209,7 +216,10 @@ def run_langgraph(iterations: int, sync: str) -> dict[str, Any]:
             return {"messages": [msg("assistant", len(s["messages"]) // 2 + 1)]}
 
         def tool(s: S) -> dict[str, Any]:
-            return {"messages": [msg("tool", (len(s["messages"]) + 1) // 2)]}
+            m = msg("tool", (len(s["messages"]) + 1) // 2)
+            if delta:  # DeltaChannel turns role dicts into LangChain messages: a tool message needs its call's ID
+                m["tool_call_id"] = f"call-{m['turn']}"
+            return {"messages": [m]}
 
         g = StateGraph(S)
         g.add_node("model", model)
@@ -258,7 +268,7 @@ def measure(impl: str, case: str, iters: int | None = None) -> dict[str, Any]:
         sync = "" if sync == "NORMAL" else sync  # NORMAL is the store's default
         return run_waypoint(iterations, sync, dicts, reduce)
     sync = "" if sync == "FULL" else sync  # FULL is sqlite's (and so SqliteSaver's) default
-    return run_langgraph(iterations, sync)
+    return run_langgraph(iterations, sync, delta="delta" in case.split("-"))
 
 
 def main(argv: list[str] | None = None) -> None:

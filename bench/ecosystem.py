@@ -120,6 +120,45 @@ async def measure_b1(case: str, mode: str) -> dict[str, float]:
                 await result
 
 
+async def measure_b7(mode: str) -> dict[str, float]:
+    """B7's workload (bench/b7_react.py: a ReAct agent, 20 iterations of two sync tools, SQLite per step) with
+    `OTelTracing` in the agent's middlewares — where a user feels what tracing costs."""
+    from bench._stores import waypoint_store
+    from waypoint.engine import ChatModelAgent, Message, ToolCall, tool
+    from waypoint.engine.models import ScriptedChatModel
+
+    store, close = waypoint_store("sqlite")
+
+    @tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return f"value of {key}"
+
+    @tool
+    def compute(x: int) -> int:
+        """Compute something."""
+        return x * 2
+
+    tracing = [] if mode == "off" else [_tracing(node_spans=mode != "nonode")]
+    counter = iter(range(10**9))
+
+    async def call() -> None:
+        turns: list[Any] = [Message.assistant(tool_calls=[
+            ToolCall(id=f"call_{i}_a", name="lookup", arguments=f'{{"key": "k{i}"}}'),
+            ToolCall(id=f"call_{i}_b", name="compute", arguments=f'{{"x": {i}}}')]) for i in range(19)]
+        agent = ChatModelAgent(name="b7", model=ScriptedChatModel([*turns, "done"]), tools=[lookup, compute],
+                               max_iterations=21, middlewares=tracing)
+        out = await agent.compile(store=store, durability="step").ainvoke("go", checkpoint_id=f"b7-{next(counter)}")
+        assert out.content == "done"
+
+    try:
+        return {"ms_per_iteration": await _timed(call, 15) / 20 / 1000}
+    finally:
+        result = close() if close is not None else None
+        if asyncio.iscoroutine(result):
+            await result
+
+
 async def measure_wrappers(mode: str) -> dict[str, float]:
     from waypoint.engine import AgentContext, ToolContext
     from waypoint.engine.models import Message, Usage
@@ -226,6 +265,8 @@ def child(what: str) -> dict[str, Any]:
     if kind == "b1":
         case, mode = rest.split(":")
         return asyncio.run(measure_b1(case, mode))
+    if kind == "b7":
+        return asyncio.run(measure_b7(rest))
     if kind == "wrappers":
         return asyncio.run(measure_wrappers(rest))
     if kind == "mcp":
@@ -239,7 +280,7 @@ def child(what: str) -> dict[str, Any]:
 
 JOBS = [*(f"import:{n}" for n in IMPORTS),
         *(f"b1:{case}:{mode}" for case in ("nostore", "memory", "sqlite") for mode in ("off", "on", "nonode", "unsampled")),
-        "wrappers:off", "wrappers:on", "mcp:local", "mcp:stdio", "mcp:http", "provider:openai",
+        "b7:off", "b7:on", "b7:nonode", "wrappers:off", "wrappers:on", "mcp:local", "mcp:stdio", "mcp:http", "provider:openai",
         "provider:anthropic"]
 
 
@@ -283,6 +324,12 @@ def render(results: dict[str, dict[str, list[float]]]) -> str:
             ratio = "1" if mode == "off" else f"{v / off:.2f}× off"
             lines.append(f"| B1 100 nodes, {label} | {what} | "
                          f"{_cell(results[f'b1:{case}:{mode}']['us_per_step'], 'µs/step')} | {ratio} |")
+    off = med["b7:off", "ms_per_iteration"]
+    for mode, what in (("off", "tracing off"), ("on", "tracing on (run, node, model and tool spans)"),
+                       ("nonode", "tracing on, `node_spans=False`")):
+        v = med[f"b7:{mode}", "ms_per_iteration"]
+        lines.append(f"| B7 ReAct agent, 20 it., SQLite | {what} | {_cell(results[f'b7:{mode}']['ms_per_iteration'], 'ms/it.')}"
+                     f" | {'1' if mode == 'off' else f'{v / off:.2f}× off'} |")
     for key, label in (("model_us", "one model call"), ("tool_us", "one tool call")):
         off, on = med["wrappers:off", key], med["wrappers:on", key]
         lines.append(f"| per call, OTelTracing | {label}: bare → traced | {off:.3g} → "

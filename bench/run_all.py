@@ -42,6 +42,8 @@ ROWS: dict[str, list[Row]] = {
             "wall_ms", "ms", "it200-full", "it200"),
         Row("B2 agent loop, 200 it.", "DB bytes ÷ steps at 400 steps", "bench.b2_agent_loop",
             "bytes_per_step", "B/step", "it200", "it200", "≤ 0.05"),
+        Row("B2 agent loop, 200 it.", "DB bytes ÷ steps at 400 steps, against LangGraph's DeltaChannel (incremental "
+            "history)", "bench.b2_agent_loop", "bytes_per_step", "B/step", "it200", "it200-delta", "≤ 0.25"),
         Row("B2 agent loop, 200 it.", "last 10 iterations ÷ first 10 (1 = flat)", "bench.b2_agent_loop",
             "last10_over_first10", "×", "it200", "it200", "≤ 1.3 (WP)"),
         Row("B2 agent loop, 200 it.", "last 10 ÷ first 10, both synchronous=NORMAL", "bench.b2_agent_loop",
@@ -155,6 +157,9 @@ ROWS: dict[str, list[Row]] = {
     "b10": [
         Row("B10 durable workflow, 100 steps", "ms per step, SQLite, both synchronous=FULL (WP step · DBOS workflow)",
             "bench.b10_dbos", "ms_per_step", "ms/step", "sqlite-full", "sqlite-full", "≤ 0.1", peer="dbos"),
+        Row("B10 durable workflow, 100 steps", "ms per step, SQLite synchronous=FULL, against a bare fsync'd commit of "
+            "the same bytes per step", "bench.b10_dbos", "ms_per_step", "ms/step", "sqlite-full", "sqlite-full",
+            "≤ 1.3", peer="floor"),
     ],
     "b11": [
         Row("B11 recovery, no resume call", "SIGKILL → completed: dead owner on this host, new `waypoint serve`",

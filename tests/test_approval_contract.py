@@ -513,10 +513,18 @@ def test_decisions_of_calls_that_finished_survive_a_crash_of_their_batch(tmp_pat
     (a, b) = pauses(run(db, "d", "run", "go", turns=turns, journal=journal)[1])
     victim = start(db, "d", "answer", json.dumps({a[0]: "approve", b[0]: "approve"}), turns=turns,
                    journal=journal, sleep=60)
-    deadline = time.monotonic() + 30
-    while len(executed(journal)) < 2:  # pay finished, slow is inside its side effect
-        assert time.monotonic() < deadline and victim.poll() is None, victim.communicate()
-        time.sleep(0.02)
+    def recorded() -> set[str]:
+        try:
+            with sqlite3.connect(db, timeout=5) as conn:
+                rows = conn.execute("SELECT call_id FROM waypoint_ledger WHERE checkpoint_id = 'd'").fetchall()
+        except sqlite3.OperationalError:
+            return set()
+        return {r[0].rsplit("|", 1)[-1] for r in rows}
+
+    deadline = time.monotonic() + 60
+    while len(executed(journal)) < 2 or "result:0:c1" not in recorded():  # pay's result is in the ledger, and
+        assert time.monotonic() < deadline and victim.poll() is None, victim.communicate()  # slow is inside
+        time.sleep(0.02)                                                                     # its side effect
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
     code, _, err = run(db, "d", "continue", turns=turns, journal=journal, takeover=True)

@@ -303,8 +303,8 @@ class Watcher:
         newest = metas[0]
         expected = self.expected.get(cid)
         floor = _announced_up_to(seen, expected, newest)
-        if floor is not None and len(metas) == WINDOW and metas[-1].version > floor + 1:  # wrote more since
-            metas = await self.store.history(cid, limit=min(newest.version - floor, CATCH_UP)) or metas
+        if floor is not None and metas[-1].version > floor + 1:  # wrote more since: read back to the floor
+            metas = await self._back_to(cid, metas, floor)
             newest = metas[0]
         mine = [m for m in metas if m.created_at == newest.created_at]  # this run's versions, newest first
         same = seen is not None and seen.created_at == newest.created_at
@@ -334,6 +334,22 @@ class Watcher:
         if run_log is not None and conversation[0] is None:
             conversation = await self._conversation(cid, seen.version if same else new[0].version, None, (None, None))
         await self._announce(cid, new, prev, run_log, conversation)
+
+    async def _back_to(self, cid: str, metas: list[Any], floor: int) -> list[Any]:
+        """The run's versions from its newest down to just above `floor` (at most CATCH_UP): a run that writes on
+        while it is read moves the window up, so the read is made again from the new newest until it reaches
+        the floor — else the versions written meanwhile would push the oldest unannounced ones out of it."""
+        while metas[-1].version > floor + 1:
+            want = min(metas[0].version - floor, CATCH_UP)
+            if len(metas) >= want:
+                break
+            more = await self.store.history(cid, limit=want)
+            if not more:
+                break
+            metas = more
+            if len(more) < want:  # the whole history: nothing older to read
+                break
+        return metas
 
     async def _announce(self, cid: str, new: list[Any], prev: str | None, run_log: EventLog | None,
                         conversation: tuple[int | None, int | None]) -> None:

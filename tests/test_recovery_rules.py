@@ -47,6 +47,17 @@ async def crashed(app, cid, owner, *, lease=LEASE, value=1, pos=None):
     return cp
 
 
+async def until_leases_ran_out(store, *ids):
+    """Wait until the lease of each run's newest version has run out on the store's clock — what recovery judges
+    by (a sleep of the lease on this process's clock is not that: the two clocks are not the same)."""
+    while True:
+        now = await store.clock()
+        heads = [(await store.history(cid, limit=1))[0] for cid in ids]
+        if all(h.lease_expires is None or h.lease_expires <= now for h in heads):
+            return
+        await asyncio.sleep(0.02)
+
+
 @pytest.fixture
 async def store(tmp_path):
     s = SQLiteStore(tmp_path / "runs.db")
@@ -108,7 +119,7 @@ async def test_paused_cancelled_and_completed_runs_are_left_as_they_are(store):
     await asyncio.gather(task, return_exceptions=True)
     gate.set()
     await app.ainvoke(7, checkpoint_id="done")
-    await asyncio.sleep(LEASE)
+    await until_leases_ran_out(store, "paused", "cancelled", "done")
     assert await recover([app, asker]) == []
     assert [m.status for m in [(await app.get_run(c)).meta for c in ("cancelled", "done")]] == ["interrupted",
                                                                                                "completed"]
@@ -118,7 +129,7 @@ async def test_paused_cancelled_and_completed_runs_are_left_as_they_are(store):
 async def test_a_run_of_a_graph_not_served_is_left_and_said_once(store, caplog):
     served, other = build(store, name="served"), build(store, name="other")
     await crashed(other, "theirs", "elsewhere:1:x")
-    await asyncio.sleep(LEASE)
+    await until_leases_ran_out(store, "theirs")
     with caplog.at_level(logging.WARNING, logger="waypoint.recovery"):
         assert await recover([served]) == []
         assert (await other.get_run("theirs")).meta.status == "running"
@@ -147,7 +158,7 @@ async def test_at_most_concurrency_runs_are_continued_at_once(store):
     app = g.compile(store=store, lease_seconds=LEASE)
     for i in range(6):
         await crashed(app, f"r{i}", "elsewhere:1:x")
-    await asyncio.sleep(LEASE)
+    await until_leases_ran_out(store, *(f"r{i}" for i in range(6)))
     pass_ = asyncio.create_task(recover([app], concurrency=2))
     while now < 2:
         await asyncio.sleep(0.01)

@@ -65,7 +65,8 @@ def test_sigkill_between_sibling_tool_calls_reruns_only_the_unfinished_one(tmp_p
         except sqlite3.OperationalError:
             return False
         keys = {r[0].rsplit("|", 1)[-1] for r in rows}
-        return {"result:0:call_1", "start:1:call_2"} <= keys
+        slept = journal.exists() and any(l[0] == "slow" for l in journal_lines(journal))  # its effect happened
+        return {"result:0:call_1", "start:1:call_2"} <= keys and slept
 
     wait_until(fast_recorded)  # fast finished (its result is in the ledger); slow started, sleeping
     proc.send_signal(signal.SIGKILL)

@@ -81,7 +81,7 @@ class MemoryStore:
         missing = {h for h in needed_blobs(parts, blobs) if h not in stored}
         if missing:
             raise MissingBlobs(cid, missing)
-        meta = stamped(meta, time.time(), head.created_at if head is not None else None, fresh)  # this store's clock
+        meta = stamped(meta, _now(), head.created_at if head is not None else None, fresh)  # this store's clock
         versions = self._versions.setdefault(cid, versions)
         stored = self._blobs.setdefault(cid, stored)
         for blob in blobs:
@@ -96,7 +96,7 @@ class MemoryStore:
         if not versions or _newest(versions) != version:
             return False
         meta, header, parts = versions[version]
-        now = time.time()
+        now = _now()
         if meta.lease_owner != owner or meta.lease_expires is None or meta.lease_expires <= now:
             return False
         versions[version] = (_replace(meta, lease_expires=now + seconds), header, parts)
@@ -110,7 +110,7 @@ class MemoryStore:
 
     async def clock(self) -> float:
         """This host's clock: a memory store lives in one process."""
-        return time.time()
+        return _now()
 
     async def record_call(self, checkpoint_id: str, version: int, call_id: str, result: bytes, *,
                           holder: str | None = None, incarnation: float | None = None) -> bool:
@@ -155,7 +155,7 @@ class MemoryStore:
         if not force and versions:
             head = versions[_newest(versions)][0]
             if head.status == "running" and head.lease_expires is not None:
-                check_idle(checkpoint_id, [(head.lease_owner, head.lease_expires - time.time())])
+                check_idle(checkpoint_id, [(head.lease_owner, head.lease_expires - _now())])
         existed = self._versions.pop(checkpoint_id, None) is not None
         self._blobs.pop(checkpoint_id, None)
         for key in [k for k in self._ledger if k[0] == checkpoint_id]:
@@ -182,7 +182,7 @@ class MemoryStore:
         return len(dropped)
 
     async def expire(self, *, older_than: float | None = None, now: float | None = None) -> list[str]:
-        cutoff = (time.time() if now is None else now) - self.expiry.older_than(older_than)
+        cutoff = (_now() if now is None else now) - self.expiry.older_than(older_than)
         gone = [cid for cid, v in self._versions.items()
                 if v and v[_newest(v)][0].status == "interrupted" and v[_newest(v)][0].updated_at < cutoff]
         for cid in gone:
@@ -198,8 +198,14 @@ def _newest(versions: dict[int, object]) -> int:
     return next(reversed(versions))
 
 
+def _now() -> float:
+    """This store's clock — the host's: a memory store lives in one process, so its clock is that process's. Every
+    lease it stamps or judges reads this one function."""
+    return time.time()
+
+
 def _live(meta: CheckpointMeta) -> bool:
-    return meta.lease_expires is not None and meta.lease_expires > time.time()
+    return meta.lease_expires is not None and meta.lease_expires > _now()
 
 
 def _replace(meta: CheckpointMeta, **changes) -> CheckpointMeta:

@@ -30,6 +30,11 @@ from bench.b1_linear import N_NODES, make_waypoint
 CASES = ("sqlite-full",)
 
 
+def _check(result: Any) -> None:
+    if result != N_NODES:
+        raise AssertionError(f"wrong result: {result!r}")
+
+
 def make_dbos(case: str, api: str) -> Target:
     try:
         from dbos import DBOS
@@ -53,15 +58,11 @@ def make_dbos(case: str, api: str) -> Target:
 
     DBOS.launch()
 
-    def check(result: Any) -> None:
-        if result != N_NODES:
-            raise AssertionError(f"wrong result: {result!r}")
-
     def close() -> None:
         DBOS.destroy()
         cleanup()
 
-    return Target(call=lambda i: workflow(0), divisor=N_NODES * 1000, check=check, close=close)
+    return Target(call=lambda i: workflow(0), divisor=N_NODES * 1000, check=_check, close=close)
 
 
 def make_floor(case: str, api: str) -> Target:
@@ -87,15 +88,11 @@ def make_floor(case: str, api: str) -> Target:
             conn.execute("COMMIT")
         return N_NODES
 
-    def check(result: Any) -> None:
-        if result != N_NODES:
-            raise AssertionError(f"wrong result: {result!r}")
-
     def close() -> None:
         conn.close()
         cleanup()
 
-    return Target(call=workflow, divisor=N_NODES * 1000, check=check, close=close)
+    return Target(call=workflow, divisor=N_NODES * 1000, check=_check, close=close)
 
 
 def make(impl: str, case: str, api: str) -> Target:

@@ -13,6 +13,7 @@ time negligible (both answer at once), so what is measured is the engine, its ag
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 from bench._harness import Target, child_main
@@ -29,7 +30,8 @@ def _check(calls: int) -> Any:
     return check
 
 
-def make_waypoint(case: str, api: str) -> Target:
+def make_waypoint(case: str, api: str, middlewares: Sequence[Any] = ()) -> Target:
+    """`middlewares`: the agent's (bench/ecosystem.py times B7 with tracing on)."""
     store, close = waypoint_store(case)
     from waypoint.engine import ChatModelAgent, Message, ToolCall, tool
     from waypoint.engine.models import ScriptedChatModel
@@ -53,7 +55,8 @@ def make_waypoint(case: str, api: str) -> Target:
 
     async def call(i: int) -> int:
         model = ScriptedChatModel(script())
-        agent = ChatModelAgent(name="b7", model=model, tools=[lookup, compute], max_iterations=ITERATIONS + 1)
+        agent = ChatModelAgent(name="b7", model=model, tools=[lookup, compute], max_iterations=ITERATIONS + 1,
+                               middlewares=list(middlewares))
         out = await agent.compile(store=store, durability="step").ainvoke("go", checkpoint_id=f"b7-{i}")
         if out.content != "done":
             raise AssertionError(f"wrong answer {out.content!r}")

@@ -123,38 +123,19 @@ async def measure_b1(case: str, mode: str) -> dict[str, float]:
 async def measure_b7(mode: str) -> dict[str, float]:
     """B7's workload (bench/b7_react.py: a ReAct agent, 20 iterations of two sync tools, SQLite per step) with
     `OTelTracing` in the agent's middlewares — where a user feels what tracing costs."""
-    from bench._stores import waypoint_store
-    from waypoint.engine import ChatModelAgent, Message, ToolCall, tool
-    from waypoint.engine.models import ScriptedChatModel
-
-    store, close = waypoint_store("sqlite")
-
-    @tool
-    def lookup(key: str) -> str:
-        """Look a key up."""
-        return f"value of {key}"
-
-    @tool
-    def compute(x: int) -> int:
-        """Compute something."""
-        return x * 2
+    from bench import b7_react
 
     tracing = [] if mode == "off" else [_tracing(node_spans=mode != "nonode")]
+    target = b7_react.make_waypoint("sqlite", "async", middlewares=tracing)
     counter = iter(range(10**9))
 
     async def call() -> None:
-        turns: list[Any] = [Message.assistant(tool_calls=[
-            ToolCall(id=f"call_{i}_a", name="lookup", arguments=f'{{"key": "k{i}"}}'),
-            ToolCall(id=f"call_{i}_b", name="compute", arguments=f'{{"x": {i}}}')]) for i in range(19)]
-        agent = ChatModelAgent(name="b7", model=ScriptedChatModel([*turns, "done"]), tools=[lookup, compute],
-                               max_iterations=21, middlewares=tracing)
-        out = await agent.compile(store=store, durability="step").ainvoke("go", checkpoint_id=f"b7-{next(counter)}")
-        assert out.content == "done"
+        target.check(await target.call(next(counter)))
 
     try:
-        return {"ms_per_iteration": await _timed(call, 15) / 20 / 1000}
+        return {"ms_per_iteration": await _timed(call, 15) / b7_react.ITERATIONS / 1000}
     finally:
-        result = close() if close is not None else None
+        result = target.close() if target.close is not None else None
         if asyncio.iscoroutine(result):
             await result
 

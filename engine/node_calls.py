@@ -36,13 +36,12 @@ class _DaemonPool:
     keeps another waiting longer than that. Threads beyond `core` end once more than `idle` of them wait.
 
     Each thread sleeps on a pipe of its own, woken by a byte written to it: Linux then wakes it on the waking
-    thread's CPU, which is about to wait for the result — measured on a 2-vCPU VM, a round trip of 44 µs, against
-    100 µs for a lock or a `queue.SimpleQueue` (a thread-pool executor's), whose wake-up crosses CPUs.
+    thread's CPU, which is about to wait for the result — on a 2-vCPU VM a round trip of 62–88 µs, against 73–99 for
+    a `ThreadPoolExecutor`, whose futex wake-up may cross CPUs (`python -m bench.handoff`; docs/decisions.md).
     """
 
     def __init__(self, core: int, idle: int, starved: float) -> None:
         self._core, self._keep, self.starved = core, idle, starved
-        self._lock = threading.Lock()
         self._reset()
         if hasattr(os, "register_at_fork"):  # a forked child has none of these threads: it starts its own
             os.register_at_fork(after_in_child=self._reset)

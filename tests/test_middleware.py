@@ -510,3 +510,12 @@ def paused_on(events) -> str:
     """The tool the run paused on for approval (it must have paused)."""
     (ctx,) = next(e.action.interrupted for e in events if e.action and e.action.interrupted).contexts
     return ctx.info.tool_name
+
+
+def test_the_tools_node_knows_every_middleware_hook():
+    """What makes an object a middleware for the tools node's check is the hooks of `AgentMiddleware`: a hook added
+    there and not here would let a middleware with only that hook be refused."""
+    from waypoint.engine import AgentMiddleware
+    from waypoint.engine.tools.node import _HOOKS
+
+    assert set(_HOOKS) == {n for n, v in vars(AgentMiddleware).items() if callable(v) and not n.startswith("_")}

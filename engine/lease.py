@@ -41,6 +41,7 @@ import asyncio
 import concurrent.futures
 import logging
 import os
+import _thread
 import threading
 import time
 import weakref
@@ -186,19 +187,30 @@ class _Renewer:
         self.lock = threading.Lock()
         self.reserved: weakref.WeakSet[Any] = weakref.WeakSet()  # stores whose renewals have their connection
         self.next_look = lease_clock() + self.IDLE
-        self.loop = asyncio.new_event_loop()
+        self.loop: asyncio.AbstractEventLoop | None = None  # made on the thread; its first look sees every keeper
+        self.ready = threading.Event()  # set once `loop` exists
+        self._go = threading.Event()  # make the loop now: a renewal is due sooner than `next_look`, or a reservation
         self._wake: asyncio.Event | None = None
         self._renewing: dict[int, tuple[asyncio.Task, float, Any, list[LeaseKeeper]]] = {}
         """id(store) -> its renewals in flight (one at a time): the task, when it was sent, the store, its keepers."""
-        started = threading.Event()
-        threading.Thread(target=self._main, args=(started,), name="waypoint-lease", daemon=True).start()
-        started.wait()
+        # Started with `_thread`, not `threading.Thread.start()`, which waits for the new thread to be scheduled,
+        # and the thread makes its loop only when a renewal is due: both would otherwise hold up (the GIL of) the
+        # first run of a process — a cold resume — for ~0.5 ms, for a thread it needs seconds later. Daemon by
+        # nature; no code of a user's runs on it.
+        _thread.start_new_thread(self._main, ())
 
     def add(self, keeper: LeaseKeeper) -> None:
         with self.lock:
             self.keepers.add(keeper)
+            loop = self.loop
         if keeper.due < self.next_look:  # only a short lease needs the thread awake sooner
-            self.loop.call_soon_threadsafe(self._set)
+            self.wake(loop)
+
+    def wake(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        if loop is not None:
+            loop.call_soon_threadsafe(self._set)
+        else:
+            self._go.set()
 
     def remove(self, keeper: LeaseKeeper) -> None:
         with self.lock:
@@ -212,13 +224,22 @@ class _Renewer:
         if self._wake is not None:
             self._wake.set()
 
-    def _main(self, started: threading.Event) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self._run(started))
+    def _main(self) -> None:
+        try:
+            self._go.wait(max(0.0, self.next_look - lease_clock()))
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            with self.lock:
+                self.loop = loop
+            self.ready.set()
+            loop.run_until_complete(self._run())
+        except BaseException:  # the runs here keep their deadlines and stop at them; say why nothing renews
+            log.exception("the lease renewal thread of process %s stopped: no lease of its runs is renewed any more; "
+                          "each run stops at its lease's deadline (LeaseLost) — report this with the traceback",
+                          os.getpid())
 
-    async def _run(self, started: threading.Event) -> None:
+    async def _run(self) -> None:
         self._wake = asyncio.Event()
-        started.set()
         while True:
             now = lease_clock()
             with self.lock:
@@ -302,11 +323,14 @@ async def reserve(store: Any) -> None:
     """Make sure this process can renew leases on `store` before it takes a run there: the store's connection
     for renewals (engine/store.py, guarantee 12) is taken on the renewal thread now, if it is not held yet.
     Raises `StoreUnavailable` when the database refuses it — the caller then takes nothing. Cheap once held."""
-    if getattr(store, "reserve_renewals", None) is None:
+    if getattr(store, "reserve_renewals", None) is None:  # renewals need nothing up front (SQLite, memory)
         return
     renewer = _renewer()
     if store in renewer.reserved:
         return
+    renewer.wake(None)
+    renewer.ready.wait()  # the thread makes its loop at once: a wait only on the process's first reservation
+    assert renewer.loop is not None
     future: concurrent.futures.Future = asyncio.run_coroutine_threadsafe(renewer._reserve(store), renewer.loop)
     await asyncio.wrap_future(future)
 

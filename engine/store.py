@@ -66,7 +66,8 @@ Guarantees every store gives (tests/test_store_contract.py checks them on every 
 12. **Renewals never wait behind the process's own work.** `renew_leases` runs on a connection the store
    keeps for renewals alone (`reserve_renewals()`, called from the loop that renews, takes it up front and
    raises `StoreUnavailable` when the database refuses it), so a process whose work holds every pooled
-   connection still renews its leases.
+   connection still renews its leases. A store whose renewals need nothing taken up front (SQLite, memory)
+   has no `reserve_renewals`; the engine then reserves nothing and starts no thread for it.
 """
 
 from __future__ import annotations

@@ -566,9 +566,6 @@ class SQLStoreMethods:
     async def renew_leases(self, leases: Sequence[tuple[str, int, str, float]]) -> list[bool]:
         return await self._renewals_call(renew_leases, list(leases))
 
-    async def reserve_renewals(self) -> None:
-        """Take up front what renewals from the calling loop need (nothing here: see guarantee 12)."""
-
     async def clock(self) -> float:
         return await self._call(clock)
 

@@ -105,9 +105,6 @@ class MemoryStore:
     async def renew_leases(self, leases: Sequence[tuple[str, int, str, float]]) -> list[bool]:
         return [await self.renew_lease(*lease) for lease in leases]
 
-    async def reserve_renewals(self) -> None:
-        """Nothing to take up front: renewals need no connection."""
-
     async def clock(self) -> float:
         """This host's clock: a memory store lives in one process."""
         return _now()

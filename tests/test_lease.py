@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 
 import pytest
 
@@ -23,6 +24,7 @@ from waypoint.engine import (
     check_lease,
     tool,
 )
+from waypoint.engine import lease as lease_module
 from waypoint.engine.models import ScriptedChatModel
 from waypoint.engine.task import TaskLedger, task_ledger
 from waypoint.stores import MemoryStore
@@ -185,3 +187,44 @@ async def test_a_store_that_fails_while_the_run_saves_leaves_it_resumable_at_onc
     assert newest.status == "running" and newest.lease_expires <= await store.clock()
     assert await app.ainvoke(None, checkpoint_id="r") == 1  # at once: the lease is over
     assert done == ["first", "first", "second"]
+
+
+def _blocks_until_renewed(lease: float) -> tuple[Graph, type]:
+    """A graph whose one sync node blocks until the store has renewed a lease (or 3 leases passed), and its store."""
+    renewed = threading.Event()
+
+    class Renewals(MemoryStore):
+        async def renew_leases(self, leases):
+            answers = await super().renew_leases(leases)
+            if any(answers):
+                renewed.set()
+            return answers
+
+    def blocks(x):
+        assert renewed.wait(timeout=3 * lease), "the lease was not renewed while the node blocked"
+        return x
+
+    g = Graph(name="blocks")
+    g.add_node("work", blocks)
+    g.add_edge(START, "work")
+    g.add_edge("work", END)
+    return g, Renewals
+
+
+async def test_a_process_first_lease_is_renewed_while_its_sync_node_blocks_though_the_first_renewal_is_late(
+        monkeypatch):
+    """The renewal thread makes its event loop only when a renewal is due (engine/lease.py): a process's first run,
+    whose first renewal comes after the thread's first look, is still renewed while its sync node blocks."""
+    monkeypatch.setattr(lease_module, "_RENEWER", None)  # this process's first run with a lease: the thread starts now
+    lease = 3 * (lease_module._Renewer.IDLE + 0.2)  # renewed every lease / 3: later than the thread's first look
+    g, store = _blocks_until_renewed(lease)
+    assert await g.compile(store=store(), lease_seconds=lease).ainvoke(1, checkpoint_id="r") == 1
+
+
+async def test_a_process_first_short_lease_wakes_the_renewal_thread_at_once(monkeypatch):
+    """A first run whose renewal is due before the thread's first look wakes it: renewed in time, not at the look."""
+    monkeypatch.setattr(lease_module, "_RENEWER", None)
+    monkeypatch.setattr(lease_module._Renewer, "IDLE", 600.0)  # the thread's first look: far past the lease
+    lease = 3.0
+    g, store = _blocks_until_renewed(lease)
+    assert await g.compile(store=store(), lease_seconds=lease).ainvoke(1, checkpoint_id="r") == 1

@@ -532,7 +532,8 @@ async def test_delete_without_force_refuses_a_run_under_a_live_lease_on_the_stor
 async def test_renew_leases_answers_each_lease_in_one_call(store):
     await store.put(meta(lease_owner="me", lease_expires=130.0), b"h", {}, [], expected_version=None)
     await store.put(meta("run-2", lease_owner="me", lease_expires=130.0), b"h", {}, [], expected_version=None)
-    await store.reserve_renewals()
+    if hasattr(store, "reserve_renewals"):  # a store with a connection for renewals takes it first
+        await store.reserve_renewals()
     assert await store.renew_leases([("run-1", 1, "me", 60.0), ("run-2", 1, "other", 60.0),
                                      ("run-3", 1, "me", 60.0)]) == [True, False, False]
     assert abs((await store.get("run-1")).meta.lease_expires - (await store.clock() + 60.0)) < 5

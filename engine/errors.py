@@ -92,7 +92,7 @@ class NodeError(WaypointError):
         where = "/".join(self.node_path)
         tries = f" after {attempts} attempts" if attempts > 1 else ""
         super().__init__(
-            f"node '{where}' failed{tries}: {type(cause).__name__}: {cause} "
+            f"node '{where}' failed{tries}: {type(cause).__name__}: {_text(cause)} "
             f"(node path {self.node_path}; the original exception is chained as __cause__)"
         )
         self.__cause__ = cause
@@ -186,10 +186,15 @@ def clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _text(exc: BaseException) -> str:
+    """`str(exc)`, or a stand-in when that raises (an exception's own `__str__` may fail): never the error that
+    replaces the one being reported."""
+    try:
+        return str(exc)
+    except Exception as err:  # noqa: BLE001
+        return f"<its str() raised {type(err).__name__}>"
+
+
 def describe(exc: BaseException) -> str:
     """`Type: message` of an exception raised while reading stored data, clipped."""
-    try:
-        text = str(exc)
-    except Exception:  # str() of a hostile argument may itself fail (a deeply nested list)
-        text = ""
-    return f"{type(exc).__name__}: {clip(text)}"
+    return f"{type(exc).__name__}: {clip(_text(exc))}"  # str() of a hostile argument may fail (a deep list)

@@ -63,17 +63,36 @@ class _DaemonPool:
         if worker is not None:
             worker.give(job)
         elif start:
-            _Thread(self).give(job)
+            self._start(job)
         else:  # every thread is busy: if they stay busy, this call gets one of its own
             loop.call_later(self.starved, self._rescue, job)
 
     def _rescue(self, job: _Job) -> None:
+        """`job` still waits: it gets a thread of its own. Each waiting job is rescued by its own timer, on its own
+        loop — never another's, whose loop may be busy or closed, so that its timer fires late or never."""
         with self._lock:
-            if job.taken or not self._waiting:
+            try:
+                self._waiting.remove(job)
+            except ValueError:  # a thread took it meanwhile
                 return
-            first = self._waiting.popleft()  # the one that waited longest (this one, or one before it)
             self._threads += 1
-        _Thread(self).give(first)
+        self._start(job)
+
+    def _start(self, job: _Job) -> None:
+        """A new thread for `job` (counted already). A thread that cannot be started — the process is out of
+        threads, memory or file descriptors — fails the call at once: never a call that waits for ever."""
+        try:
+            worker = _Thread(self)
+        except Exception as err:  # noqa: BLE001 - handed to the call's caller
+            with self._lock:
+                self._threads -= 1
+            failure = RuntimeError(
+                f"Waypoint could not start a thread for this sync call ({type(err).__name__}: {err}): the process "
+                "is out of threads, memory or file descriptors (are many sync nodes or tools blocked?)")
+            failure.__cause__ = err
+            job.fail(failure)
+            return
+        worker.give(job)
 
     def next_job(self, worker: _Thread) -> _Job | None:
         """The job a thread that finished one takes next, or None: it waits (or ends, if enough others wait)."""
@@ -95,8 +114,14 @@ class _Thread:
         self.pool = pool
         self.job: _Job | None = None
         self.ending = False
+        self.pid = os.getpid()
         self._wake_r, self._wake_w = os.pipe()
-        threading.Thread(target=self._main, name="waypoint-sync", daemon=True).start()
+        try:
+            threading.Thread(target=self._main, name="waypoint-sync", daemon=True).start()
+        except BaseException:
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+            raise
 
     def give(self, job: _Job) -> None:
         self.job = job
@@ -110,6 +135,8 @@ class _Thread:
                 while job is not None:
                     job.taken = True
                     job.run()
+                    if os.getpid() != self.pid:  # the job forked and this is the child: end here, as a thread of
+                        return  # its own would (the pipe and the pool are the parent's)
                     job = self.pool.next_job(self)
                 if self.ending:
                     return
@@ -130,19 +157,39 @@ class _Job:
         self.taken = False
 
     def run(self) -> None:
+        if self.future.done() or self.loop.is_closed():  # its caller stopped waiting (cancelled, or its run over)
+            return  # before it started: it never starts
+        pid = os.getpid()
         try:
             result, ok = self.context.run(self.fn, *self.args), True
         except BaseException as err:  # noqa: BLE001 - handed to the awaiting task
             result, ok = err, False
+        if os.getpid() != pid:  # it forked: the child has no caller to hand this to
+            return
+        self._hand(ok, result)
+
+    def fail(self, err: BaseException) -> None:
+        self._hand(False, err)
+
+    def _hand(self, ok: bool, value: Any) -> None:
         try:
-            self.loop.call_soon_threadsafe(_settle, self.future, ok, result)
+            self.loop.call_soon_threadsafe(_settle, self.future, ok, value)
         except RuntimeError:  # the loop has closed: nobody waits any more
             pass
 
 
 def _settle(future: asyncio.Future, ok: bool, value: Any) -> None:
-    if not future.done():  # the caller may have been cancelled meanwhile
-        future.set_result(value) if ok else future.set_exception(value)
+    if future.done():  # the caller may have been cancelled meanwhile
+        return
+    if ok:
+        future.set_result(value)
+    elif isinstance(value, StopIteration):  # a Future refuses it (it would end a generator): hand it on wrapped
+        err = RuntimeError(f"sync code raised StopIteration ({value!r}), which cannot cross into async code; "
+                           "catch it where `next()` is called")
+        err.__cause__ = value
+        future.set_exception(err)
+    else:
+        future.set_exception(value)
 
 
 _POOL = _DaemonPool(core=min(8, (os.cpu_count() or 1) + 2), idle=32, starved=0.005)

@@ -138,3 +138,150 @@ async def test_a_forked_child_runs_sync_nodes_on_threads_of_its_own():
             raise AssertionError("the forked child's sync nodes never ran")
         await asyncio.sleep(0.02)
     assert os.waitstatus_to_exitcode(done[1]) == 0
+
+
+# --- the pool under faults: no call waits for ever, none starts for a caller that left -----------------------
+
+
+def small_pool(monkeypatch, *, core: int = 1, starved: float = 0.005):
+    """A pool of its own for one test (the process's pool is shared by every test on this worker)."""
+    from waypoint.engine import node_calls
+
+    pool = node_calls._DaemonPool(core=core, idle=4, starved=starved)
+    monkeypatch.setattr(node_calls, "_POOL", pool)
+    return pool
+
+
+def block_threads(pool, gate: threading.Event) -> None:
+    """Occupy every core thread of `pool` with a call that waits for `gate`, from a loop of its own."""
+    from waypoint.engine.node_calls import in_daemon_thread
+
+    running = threading.Barrier(pool._core + 1, timeout=30)
+
+    def hold():
+        running.wait()
+        gate.wait(60)
+
+    async def occupy():
+        await asyncio.gather(*(in_daemon_thread(hold) for _ in range(pool._core)))
+
+    threading.Thread(target=asyncio.run, args=(occupy(),), daemon=True).start()
+    running.wait()
+
+
+def test_a_waiting_call_is_rescued_by_its_own_timer_though_an_older_one_waits_on_a_busy_loop(monkeypatch):
+    """Loop 1 queues a call while every thread is blocked, then stays busy; loop 2 queues a quick call. Loop 2's
+    rescue starts a thread for loop 2's call — never loop 1's, whose own rescue is late: the quick call ran in
+    milliseconds, not when loop 1 woke (it used to wait for that, or for ever with a closed loop)."""
+    from waypoint.engine.node_calls import in_daemon_thread
+
+    pool, gate, quick_done, queued = small_pool(monkeypatch), threading.Event(), threading.Event(), threading.Event()
+    block_threads(pool, gate)
+
+    async def first_loop():
+        waiting = asyncio.ensure_future(in_daemon_thread(gate.wait, 60))
+        await asyncio.sleep(0)  # submitted: in line behind the blocked threads
+        queued.set()
+        quick_done.wait(30)  # this loop is busy (blocked) until the quick call on the other loop is done
+        gate.set()
+        await waiting
+
+    other = threading.Thread(target=asyncio.run, args=(first_loop(),), daemon=True)
+    other.start()
+    assert queued.wait(30)
+    try:
+        assert asyncio.run(asyncio.wait_for(in_daemon_thread(lambda: "quick"), 10)) == "quick"
+    finally:
+        quick_done.set()
+        gate.set()
+    other.join(30)
+
+
+async def test_a_sync_node_that_raises_stop_iteration_fails_its_run_instead_of_hanging_it():
+    """`next()` on an empty iterator in a sync node: a Future refuses StopIteration, so the run would wait for ever;
+    it fails with a NodeError whose cause chain holds the StopIteration, as under `invoke()`."""
+    import pytest
+
+    from waypoint.engine import NodeError
+
+    app = fan_out("empty", 1, lambda x: next(iter([]))).compile()
+    with pytest.raises(NodeError) as caught:
+        await asyncio.wait_for(app.ainvoke(1), 30)
+    assert isinstance(caught.value.__cause__.__cause__, StopIteration)
+    assert "StopIteration" in str(caught.value)
+
+
+async def test_a_thread_that_cannot_be_started_fails_the_call_at_once(monkeypatch):
+    """Out of threads (every thread blocked, the process at its limit): the call that needed a new thread fails
+    with an error that says so — not a call lost from the line, its caller waiting for ever — and the pool's
+    count of threads stays true, so the next call still gets one."""
+    import pytest
+
+    from waypoint.engine import node_calls
+    from waypoint.engine.node_calls import in_daemon_thread
+
+    pool, gate = small_pool(monkeypatch), threading.Event()
+    block_threads(pool, gate)
+    real = node_calls._Thread
+
+    def refused(_pool):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(node_calls, "_Thread", refused)
+    try:
+        with pytest.raises(RuntimeError, match="could not start a thread for this sync call"):
+            await asyncio.wait_for(in_daemon_thread(lambda: "never"), 10)
+        assert pool._threads == pool._core and not pool._waiting
+    finally:
+        monkeypatch.setattr(node_calls, "_Thread", real)
+        gate.set()
+    assert await asyncio.wait_for(in_daemon_thread(lambda: "again"), 10) == "again"
+
+
+async def test_a_call_whose_caller_was_cancelled_while_it_waited_never_starts(monkeypatch):
+    """A queued call's run was cancelled (or lost its lease) before a thread was free: the call never starts —
+    no side effect for a run that is over."""
+    from waypoint.engine.node_calls import in_daemon_thread
+
+    pool, gate, ran = small_pool(monkeypatch, starved=600.0), threading.Event(), []
+    block_threads(pool, gate)
+    queued = asyncio.ensure_future(in_daemon_thread(ran.append, "side effect"))
+    await asyncio.sleep(0)
+    assert len(pool._waiting) == 1
+    queued.cancel()
+    gate.set()  # the thread is free: it takes the cancelled call first, then this one
+    assert await asyncio.wait_for(in_daemon_thread(lambda: "after"), 10) == "after"
+    assert ran == []
+
+
+def test_a_node_that_forks_on_a_pool_thread_leaves_a_child_that_ends_and_a_parent_whose_calls_go_on(monkeypatch):
+    """The child of a fork made inside a sync node ends when the node returns, as a thread of its own would
+    (it used to wait on the parent's thread's pipe for ever, eating the parent's wake-ups)."""
+    import os
+    import signal
+
+    from waypoint.engine.node_calls import in_daemon_thread
+
+    small_pool(monkeypatch, core=1)
+    children: list[int] = []
+
+    def forks():
+        pid = os.fork()  # the child returns from the node, on the pool thread: nothing must run after that
+        if pid:
+            children.append(pid)
+
+    async def calls():
+        await in_daemon_thread(forks)
+        return [await in_daemon_thread(lambda i=i: i) for i in range(50)]
+
+    try:
+        assert asyncio.run(asyncio.wait_for(calls(), 30)) == list(range(50))
+        deadline = time.monotonic() + 30
+        while os.waitpid(children[0], os.WNOHANG)[0] == 0:
+            assert time.monotonic() < deadline, "the child forked inside a sync node never ended"
+            time.sleep(0.02)
+        children.clear()
+    finally:
+        for pid in children:  # a child left behind would hold pytest's output open
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)

@@ -57,12 +57,19 @@ def spawn_workers(n: int, url: str, journal: Path, cwd: Path) -> list[subprocess
     env = {**os.environ, "PYTHONPATH": str(ROOT), "B8_JOURNAL": str(journal)}
     cmd = [sys.executable, "-m", "waypoint.cmd.main", "worker", "--db", url, "--graphs", "bench._b8_graph:build",
            "--concurrency", str(CONCURRENCY), "--poll", "0.5", "--pool", os.environ.get("B8_POOL", "12")]
-    procs = [subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for _ in range(n)]
-    for p in procs:  # each prints one line once it serves the queue
-        line = p.stderr.readline()
-        if "waypoint worker" not in line:
-            raise RuntimeError(f"a worker did not start: {line.strip() or p.stderr.read()[-300:]}")
+    # Each worker's log goes to a file: a pipe nobody reads fills up (a worker logs a line per claim, ~90 KB for
+    # B8's 1,000 claims) and blocks the worker that writes to it.
+    logs = [cwd / f"worker-{i}.log" for i in range(n)]
+    procs = []
+    for log in logs:
+        with open(log, "w") as out:
+            procs.append(subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=out, text=True))
+    deadline = time.monotonic() + 60
+    for p, log in zip(procs, logs):  # each prints one line once it serves the queue
+        while "waypoint worker" not in (text := log.read_text()):
+            if p.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"a worker did not start: {text[-300:]}")
+            time.sleep(0.05)
     return procs
 
 

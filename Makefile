@@ -16,7 +16,7 @@ demo: $(STAMP)
 	$(BIN)/waypoint demo
 
 test: $(STAMP)
-	$(BIN)/ruff check engine stores middleware service cmd
+	$(BIN)/ruff check engine adapters stores middleware service cmd
 	$(BIN)/pytest -q -n 4 --dist loadfile
 
 bench: $(STAMP)

@@ -113,7 +113,7 @@ def run_waypoint(iterations: int, sync: str, dicts: bool = False, reduce: bool =
     from dataclasses import dataclass, field, make_dataclass
 
     from waypoint.engine import END, START, Graph, Message
-    from waypoint.engine.serde import register_type
+    from waypoint.engine.codec.serde import register_type
     from waypoint.stores import SQLiteStore
 
     if reduce:  # imported only here, so the other cases also run against releases without reducers

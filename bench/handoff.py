@@ -13,7 +13,7 @@ import concurrent.futures
 import statistics
 import time
 
-from waypoint.engine.node_calls import in_daemon_thread
+from waypoint.engine.run.node_calls import in_daemon_thread
 
 
 def _noop(x: object = None) -> object:

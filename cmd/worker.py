@@ -25,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from waypoint.engine.loading import load_object
+from waypoint.engine.codec.loading import load_object
 
 
 def open_store(db: str, pool: int) -> Any:

@@ -4,7 +4,8 @@ Importing this package stays light (no SQLAlchemy, no openai): a resume in a new
 for what it imports.
 """
 
-from .compiled import CompiledGraph, RunSnapshot, read_run
+from . import _moved
+from .compose import END, START, CompiledGraph, Graph, RunSnapshot, Workflow, WorkflowNode, read_run
 from .errors import (
     CheckpointConflict,
     CheckpointCorrupted,
@@ -27,41 +28,52 @@ from .errors import (
     WaypointError,
 )
 from .events import Event
-from .field_mapping import FieldMapping, from_field, map_fields, to_field
-from .graph import END, START, Graph
-from .interrupts import CompositeInterrupt, Interrupt, InterruptCtx, InterruptInfo, StatefulInterrupt
-from .merge import register_merge
-from .pending import Pending
-from .recovery import Recovered, recover
-from .reducers import Update, add_messages, append
-from .nodes import Component, Lambda
-from .resume import (
+from .keep import Checkpoint, CheckpointMeta, CheckPointStore, Recovered, Shutdown, recover
+from .run import (
+    CompositeInterrupt,
+    Interrupt,
+    InterruptCtx,
+    InterruptInfo,
+    Pending,
+    StatefulInterrupt,
     address_segment,
     get_interrupt_id,
     get_interrupt_info,
     get_interrupt_state,
     get_resume_context,
     pause_again,
+    register_merge,
     segment_of,
 )
-from .retry import RetryPolicy
-from .shutdown import Shutdown
-from .store import Checkpoint, CheckpointMeta, CheckPointStore
-from .streams import register_concat
-from .workflow import Workflow, WorkflowNode
+from .shape import (
+    Component,
+    FieldMapping,
+    Lambda,
+    RetryPolicy,
+    Update,
+    add_messages,
+    append,
+    from_field,
+    map_fields,
+    register_concat,
+    to_field,
+)
 
 # Names that load msgpack or pydantic load when first touched, not on `import waypoint.engine`.
 _LAZY = {
-    **dict.fromkeys(("register_type", "Serializer", "TypeRegistry", "UnsupportedFormat", "UnknownType"), "serde"),
+    **dict.fromkeys(("register_type", "Serializer", "TypeRegistry", "UnsupportedFormat", "UnknownType"), "codec.serde"),
     **dict.fromkeys(("Message", "ToolCall", "ToolInfo"), "models"),
     **dict.fromkeys(("tool", "Tool", "ToolContext", "ToolsNode", "RetryAgentRun", "StopAgentRun", "BreakLoop",
                      "Respond", "Restart", "Decision"), "tools"),
     **dict.fromkeys(("ChatModelAgent", "Runner", "AgentEvent", "AgentOutput", "AgentAction", "AgentMiddleware",
                      "AgentContext", "RetryNotice", "AgentTool", "SequentialAgent", "ParallelAgent", "LoopAgent",
                      "Session"), "agents"),
-    **dict.fromkeys(("emit_chunk", "task_ledger", "idempotency_key", "enclosing_state", "check_lease"), "task"),
-    "run_nested": "nested",
+    **dict.fromkeys(("emit_chunk", "task_ledger", "idempotency_key", "enclosing_state", "check_lease"), "run.task"),
+    "run_nested": "compose.nested",
 }
+
+
+_moved.install()  # old module paths (waypoint.engine.checkpoint, ...) still import, with a DeprecationWarning
 
 
 def __getattr__(name: str):

@@ -132,7 +132,7 @@ class LeaseLost(CheckpointConflict):
 
 
 class ProcessStopping(WaypointError):
-    """The run stopped because its process is shutting down (engine/shutdown.py) — not a decision about the run:
+    """The run stopped because its process is shutting down (engine/keep/shutdown.py) — not a decision about the run:
     it is left as it was last saved, `running`, with its lease ended, and the next process continues it."""
 
     def __init__(self, message: str, *, checkpoint_id: str | None = None) -> None:

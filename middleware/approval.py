@@ -38,7 +38,7 @@ from waypoint.engine import (
     get_resume_context,
     register_type,
 )
-from waypoint.engine.resume import answered_earlier
+from waypoint.engine.run.resume import answered_earlier
 
 __all__ = ["ApprovalMiddleware", "ApprovalInfo", "ApprovalResult", "ApprovalError"]
 
@@ -63,7 +63,7 @@ class ApprovalInfo(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     pending_kind: ClassVar[str] = "approval"
-    """What `Pending.kind` says of a pause with this info (engine/pending.py reads it; it is not stored)."""
+    """What `Pending.kind` says of a pause with this info (engine/run/pending.py reads it; it is not stored)."""
 
     tool_name: str
     arguments_json: str

@@ -43,7 +43,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from waypoint.engine import AgentMiddleware, Interrupt, ToolContext
-from waypoint.engine.task import collecting_attempts
+from waypoint.engine.run.task import collecting_attempts
 
 from ._genai import input_messages, output_messages, server_of
 

@@ -2,14 +2,14 @@
 (`waypoint runs`, the HTTP service): an approval (`ApprovalMiddleware`), a static pause
 (`interrupt_before` / `interrupt_after`), or a node's or tool's own interrupt.
 
-It is the engine's `pending_of` (engine/pending.py), which reads an approval's tool, arguments and digest from
+It is the engine's `pending_of` (engine/run/pending.py), which reads an approval's tool, arguments and digest from
 `ApprovalInfo`'s own fields: `Runner.pending(id)` and `AgentAction.pending` give the same `Pending`s.
 """
 
 from __future__ import annotations
 
 from waypoint.engine import InterruptCtx, Pending
-from waypoint.engine.pending import pending_of
+from waypoint.engine.run.pending import pending_of
 
 __all__ = ["Pending", "classify_interrupt"]
 

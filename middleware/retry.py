@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from waypoint.engine import AgentMiddleware, ModelError, RetryNotice, RetryPolicy, ToolContext, emit_chunk
-from waypoint.engine.task import start_over
+from waypoint.engine.run.task import start_over
 
 __all__ = ["ToolRetryMiddleware", "ModelRetryMiddleware", "transient"]
 

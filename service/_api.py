@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Header, Query
 from fastapi.responses import Response, StreamingResponse
 from pydantic import TypeAdapter, ValidationError
 from waypoint.engine import CheckpointConflict, Message
-from waypoint.engine.store import store_clock
+from waypoint.engine.keep.store import store_clock
 
 from ._events import LogEvent, stream
 from ._execution import Execution

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from waypoint.engine import GraphInterrupted, Shutdown, WaypointError
-from waypoint.engine.jsonable import tool_arguments
+from waypoint.engine.codec.jsonable import tool_arguments
 
 from ._events import EventLog, Logs
 from ._targets import Target
@@ -104,7 +104,7 @@ class Executor:
     """Starts and resumes runs as tasks of this process; `aclose(drain)` stops them for the process's shutdown —
     each at its next step boundary within `drain` seconds, the rest where they are — never as a person's cancel:
     each is left `running` as last saved with its lease ended, so the next process recovers it at once
-    (engine/shutdown.py)."""
+    (engine/keep/shutdown.py)."""
 
     def __init__(self, store: Any, logs: Logs, watcher: Watcher) -> None:
         self.store = store

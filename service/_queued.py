@@ -24,7 +24,7 @@ from waypoint.engine import (
     UnknownInterrupt,
     WaypointError,
 )
-from waypoint.engine.store import store_clock
+from waypoint.engine.keep.store import store_clock
 
 from ._events import EventLog, Logs
 from ._execution import Outcome

@@ -1,5 +1,5 @@
 """Automatic recovery in the service: runs of the served agents and graphs whose process died are continued
-here, with nobody calling resume (`waypoint.engine.recover`, engine/recovery.py, says which and how).
+here, with nobody calling resume (`waypoint.engine.recover`, engine/keep/recovery.py, says which and how).
 
 The service starts it with its lifespan and stops it before cancelling its executions. Each run it
 continues is one of the service's own executions (a resume with no answers, claimed by compare-and-set on
@@ -12,7 +12,7 @@ import asyncio
 from typing import Any
 
 from waypoint.engine import recover
-from waypoint.engine.recovery import MAX_ATTEMPTS
+from waypoint.engine.keep.recovery import MAX_ATTEMPTS
 
 from ._state import ServiceState
 

@@ -21,8 +21,8 @@ from waypoint.engine import (
     UnknownInterrupt,
     WaypointError,
 )
-from waypoint.engine.owners import OwnerState, describe_owner, owner_state
-from waypoint.engine.store import store_clock
+from waypoint.engine.keep.owners import OwnerState, describe_owner, owner_state
+from waypoint.engine.keep.store import store_clock
 
 from ._queued import WorkQueued
 from ._responses import SafeJSONResponse, invalid, problem

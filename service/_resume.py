@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from waypoint.engine import CheckpointMeta, Respond, Restart
-from waypoint.engine.store import store_clock
+from waypoint.engine.keep.store import store_clock
 from waypoint.middleware import ApprovalResult
 
 from ._refusals import completed, lease_conflict, missing, moved_on, not_pending

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from waypoint.engine import CheckpointMeta, read_run
-from waypoint.engine.store import store_clock
+from waypoint.engine.keep.store import store_clock
 
 from ._auth import Auth, Decide, Gate
 from ._events import Logs

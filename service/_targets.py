@@ -32,7 +32,7 @@ class Target:
 
     @property
     def fingerprint(self) -> str:
-        from waypoint.engine.checkpoint import fingerprint
+        from waypoint.engine.keep.checkpoint import fingerprint
 
         return fingerprint(self.app.structure)
 
@@ -86,7 +86,7 @@ def prepare_targets(runners_or_graphs: Any, store: Any) -> dict[str, Target]:
 
 def load_targets(spec: str) -> list[Any]:
     """The agents and graphs `module:attr[,module:attr...]` names (a zero-argument callable is called)."""
-    from waypoint.engine.loading import load_object
+    from waypoint.engine.codec.loading import load_object
     from waypoint.engine import ChatModelAgent, Runner
 
     kinds = (ChatModelAgent, Runner, Graph, CompiledGraph)

@@ -10,14 +10,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from waypoint.engine import CheckpointMeta, InterruptCtx, RunSnapshot
-from waypoint.engine.jsonable import jsonable, message_json, output_json, tool_arguments
-from waypoint.engine.resume import unescape_part
+from waypoint.engine.codec.jsonable import jsonable, message_json, output_json, tool_arguments
+from waypoint.engine.run.resume import unescape_part
 
 __all__ = ["plain", "lease_alive", "meta_view", "run_view", "pending_view", "message_view", "run_path_of"]
 
 
 def plain(value: Any) -> Any:
-    """`value` as JSON data (engine/jsonable.py)."""
+    """`value` as JSON data (engine/codec/jsonable.py)."""
     return jsonable(value, limit=2000)
 
 

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from waypoint.engine.jsonable import tool_arguments
+from waypoint.engine.codec.jsonable import tool_arguments
 
 from ._events import EventLog, Logs
 from ._views import message_view, pending_view, plain

@@ -12,7 +12,7 @@ from typing import Any
 
 from waypoint.engine.errors import (CheckpointConflict, CheckpointCorrupted, CheckpointNotFound, LeaseLost,
                                    StoreUnavailable, clip)
-from waypoint.engine.store import MAX_CHAIN, STATUSES, Blob, CheckpointMeta
+from waypoint.engine.keep.store import MAX_CHAIN, STATUSES, Blob, CheckpointMeta
 
 RESTORE = "restore the database from a backup or delete this run"
 
@@ -137,7 +137,7 @@ def stamped(meta: CheckpointMeta, now: float, newest_created: float | None, fres
 
 def check_holder(checkpoint_id: str, status: str | None, owner: str | None, live: bool, holder: str | None,
                  takeover: bool) -> None:
-    """The write's fence (engine/store.py, guarantee 11), given the newest version's status, lease owner and
+    """The write's fence (engine/keep/store.py, guarantee 11), given the newest version's status, lease owner and
     whether its lease is unexpired on the store's clock, all read in the write's own transaction."""
     running = status == "running" and owner is not None
     if holder is not None:

@@ -7,7 +7,7 @@ transaction — and use only SQL that SQLite and Postgres both accept, with `:na
 `INSERT … ON CONFLICT DO NOTHING` on the `(checkpoint_id, version)` key: zero rows inserted means
 another writer took that version first.
 
-Leases are judged on one clock (engine/store.py, guarantee 9): in every statement that writes or
+Leases are judged on one clock (engine/keep/store.py, guarantee 9): in every statement that writes or
 compares a lease or a queue claim, "now" is `now_sql(db)` — the database server's
 `clock_timestamp()` on Postgres, whose clients may sit on machines whose clocks disagree; on SQLite the
 host's clock as SQLite reads it (`julianday('now')`), which every process that can open the file shares
@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from waypoint.engine.errors import CheckpointConflict, CheckpointCorrupted, CheckpointError, LeaseLost
-from waypoint.engine.store import (
+from waypoint.engine.keep.store import (
     MAX_HASH,
     MAX_PART_NAME,
     MAX_PARTS,

@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping, Sequence
 
 from waypoint.engine.errors import LeaseLost
-from waypoint.engine.store import Blob, Checkpoint, CheckpointMeta, MissingBlobs, RunStatus, version_label
+from waypoint.engine.keep.store import Blob, Checkpoint, CheckpointMeta, MissingBlobs, RunStatus, version_label
 
 from ._common import (
     LEDGER_NEEDED,

@@ -82,7 +82,7 @@ class RunQueue:
             raise QueueError(f"RunQueue needs an SQL store (SQLStore or SQLiteStore) shared with the workers, not "
                              f"{type(store).__name__}: a MemoryStore lives and dies with one process")
         if serializer is None:
-            from waypoint.engine.serde import Serializer
+            from waypoint.engine.codec.serde import Serializer
 
             serializer = Serializer()
         self.store = store
@@ -216,8 +216,8 @@ def _graph_name(graph: Any) -> str:
 
 
 def _check_id(checkpoint_id: Any) -> None:
-    """The engine's rule for checkpoint IDs (engine/lifecycle.py), before anything is queued."""
-    from waypoint.engine.lifecycle import MAX_ID
+    """The engine's rule for checkpoint IDs (engine/keep/lifecycle.py), before anything is queued."""
+    from waypoint.engine.keep.lifecycle import MAX_ID
 
     if not isinstance(checkpoint_id, str) or not checkpoint_id:
         raise QueueError(f"checkpoint_id={checkpoint_id!r} must be a non-empty string")

@@ -9,13 +9,13 @@ the extra to install (at a connection it would pass for a database that is down)
 
 **One engine per event loop.** An asyncpg connection belongs to the event loop that opened it, and a
 store is used from several: `invoke()` runs `asyncio.run` per call, and the lease thread renews leases
-from its own loop (engine/lease.py). So the store keeps one SQLAlchemy engine — one connection pool —
+from its own loop (engine/keep/lease.py). So the store keeps one SQLAlchemy engine — one connection pool —
 per loop that uses it, created on that loop's first call. A loop that shuts down with
 `asyncio.run` / `asyncio.Runner` disposes its engine itself (a small async generator parked on the
 loop is closed by `shutdown_asyncgens()`, and closing it disposes the pool while the loop still runs);
 `close()` disposes the calling loop's engine and lets go of the others.
 
-**Renewals have a connection of their own** (engine/store.py, guarantee 12): `renew_leases` runs on an engine
+**Renewals have a connection of their own** (engine/keep/store.py, guarantee 12): `renew_leases` runs on an engine
 of one connection, kept open (`reserve_renewals()` takes it up front; checked before each use, so a
 connection the server dropped is opened again), never on the work's pool — a process whose runs hold every
 pooled connection still renews their leases, and a process that cannot get that connection claims no run.

@@ -24,7 +24,7 @@ and says which graphs this worker serves. Work ends in an outcome or is **handed
 for any worker, its claim cleared — never left claimed by a task that died: when draining (`stop()`:
 stop claiming, let each run in flight finish the step it is in, within `drain_seconds`, stop the rest where
 they are — each left `running` at its last finished step with its lease ended, never stored as cancelled:
-engine/shutdown.py), when the run is held by another process, and when the database failed
+engine/keep/shutdown.py), when the run is held by another process, and when the database failed
 (`StoreUnavailable`: after a backoff). A hand-back is not a failed attempt; `max_attempts` counts the
 claims that ended in neither (the worker died, or lost its claim) *in a row without progress*: a claim that
 finds the run at a newer version than the previous claim found it counts 1 again, so a long run whose
@@ -35,7 +35,7 @@ A LISTEN connection lost (a Postgres restart) is opened again; a database that i
 starts, or goes down later, is tried again as claims are, with a backoff up to `poll` seconds.
 
 **Recovery** (unless `recover=False`): every `poll` seconds the worker also looks for runs of its graphs
-whose process died — a worker, a service, a script — (`waypoint.engine.recover`, engine/recovery.py) and
+whose process died — a worker, a service, a script — (`waypoint.engine.recover`, engine/keep/recovery.py) and
 queues their continuation (`RunQueue.resume`, by compare-and-set on the version judged), so a run that
 was never queued is continued by the fleet too; a run whose work is already queued or claimed is left to
 the queue, which can claim it at once (recovery ends a dead owner's lease first). Work given up after
@@ -57,11 +57,11 @@ from typing import Any
 
 from waypoint.engine.errors import (CheckpointConflict, CheckpointNotFound, GraphInterrupted, GraphMismatch,
                                    LeaseLost, ProcessStopping, StoreUnavailable)
-from waypoint.engine.lease import forget as forget_renewals
-from waypoint.engine.lease import lost as lost_lease
-from waypoint.engine.lease import reserve as reserve_renewals
-from waypoint.engine.recovery import give_up, recover
-from waypoint.engine.shutdown import Shutdown
+from waypoint.engine.keep.lease import forget as forget_renewals
+from waypoint.engine.keep.lease import lost as lost_lease
+from waypoint.engine.keep.lease import reserve as reserve_renewals
+from waypoint.engine.keep.recovery import give_up, recover
+from waypoint.engine.keep.shutdown import Shutdown
 
 from .queue import QueueError, RunQueue
 
@@ -177,7 +177,7 @@ class Worker:
         """Stop claiming work; drain the runs in flight — each stops at its next step boundary, within
         `drain_seconds` (with `now=True` at once, where it is) — and hand their work back. A stop is no decision
         about a run: none is stored as cancelled, each is left `running` with its lease ended for the next worker
-        (engine/shutdown.py). Call it on the worker's loop (a signal handler installed with
+        (engine/keep/shutdown.py). Call it on the worker's loop (a signal handler installed with
         `loop.add_signal_handler` is)."""
         self._stopping = True
         self.shutdown.request()
@@ -328,7 +328,7 @@ class Worker:
             await asyncio.sleep(self.lease_seconds / 3)
 
     async def _recover(self) -> None:
-        """Queue the continuation of this worker's graphs' runs whose process died (engine/recovery.py)."""
+        """Queue the continuation of this worker's graphs' runs whose process died (engine/keep/recovery.py)."""
         async def execute(app: Any, meta: Any) -> str:
             try:
                 await self.queue.resume(meta.checkpoint_id, None, expected_version=meta.version, graph=app.name)

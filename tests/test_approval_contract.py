@@ -465,7 +465,7 @@ def test_a_failed_resume_asks_again_under_new_ids(tmp_path):
 async def test_an_approval_question_naming_another_tool_fails_closed():
     """The stored question says `read_path`; the call is `delete_path`: an approval of what was shown must
     not run the other tool."""
-    from waypoint.engine.checkpoint import Checkpointer
+    from waypoint.engine.keep.checkpoint import Checkpointer
 
     seen: list = []
     runner = _deploy_runner(MemoryStore(), seen)

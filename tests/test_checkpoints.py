@@ -17,7 +17,7 @@ from waypoint.engine import (
     NodeError,
     SerializationError,
 )
-from waypoint.engine.serde import register_type
+from waypoint.engine.codec.serde import register_type
 from waypoint.stores import MemoryStore, SQLiteStore
 
 
@@ -211,7 +211,7 @@ async def test_streaming_run_positions_round_trip(tmp_path):
 
 
 async def test_signed_and_encrypted_checkpoints_refuse_the_wrong_key(tmp_path):
-    from waypoint.engine.serde import Serializer
+    from waypoint.engine.codec.serde import Serializer
 
     def flip(data: bytes) -> bytes:  # a stand-in cipher: enough to prove the hook is applied both ways
         return bytes(b ^ 0x5A for b in data)
@@ -255,7 +255,7 @@ async def test_a_conversation_of_messages_is_stored_by_appending_and_edits_still
     from dataclasses import dataclass, field
 
     from waypoint.engine import Message
-    from waypoint.engine.serde import register_type
+    from waypoint.engine.codec.serde import register_type
 
     @register_type(name=f"tests.checkpoints.Convo.{edit.split()[0]}")
     @dataclass

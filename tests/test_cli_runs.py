@@ -314,7 +314,7 @@ def fixture(db: Path, *args: str) -> None:
 
 
 def test_a_run_whose_process_is_gone_from_this_host_is_said_so_and_taken_over_without_a_guess(db):
-    """Its lease is live, but its owner is a PID of this host that is gone: the engine knows (engine/owners.py), so
+    """Its lease is live, but its owner is a PID of this host that is gone: the engine knows (engine/keep/owners.py), so
     `show` says so instead of "unless it died", and `resume` takes it over without --takeover."""
     fixture(db, "crash", "job-1", "60")
     code, out, _ = runs("show", "job-1", db=db)

@@ -145,7 +145,7 @@ def test_two_processes_compare_and_set_on_one_file(tmp_path):
     code = f"""
 import asyncio, os, sys, time
 from waypoint.engine.errors import CheckpointConflict
-from waypoint.engine.store import CheckpointMeta
+from waypoint.engine.keep.store import CheckpointMeta
 from waypoint.stores import SQLiteStore
 async def main():
     store = SQLiteStore({str(db)!r})
@@ -178,7 +178,7 @@ def test_processes_writing_one_file_at_once_all_succeed(tmp_path):
     db, barrier = tmp_path / "busy.db", tmp_path / "go"
     code = f"""
 import asyncio, os, sys, time
-from waypoint.engine.store import Blob, CheckpointMeta
+from waypoint.engine.keep.store import Blob, CheckpointMeta
 from waypoint.stores import SQLiteStore
 async def main():
     store = SQLiteStore({str(db)!r})

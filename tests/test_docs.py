@@ -35,8 +35,8 @@ def test_the_api_reference_covers_every_public_name_and_option():
 
     import waypoint.engine as engine
     import waypoint.stores as stores
-    from waypoint.engine.graph import Graph
-    from waypoint.engine.lifecycle import RunOptions
+    from waypoint.engine.compose.graph import Graph
+    from waypoint.engine.keep.lifecycle import RunOptions
 
     text = (ROOT / "docs" / "api.md").read_text()
     names = [*engine.__all__, *stores.__all__]

@@ -23,7 +23,7 @@ from waypoint.engine import (
     RetryPolicy,
     register_merge,
 )
-from waypoint.engine.serde import register_type
+from waypoint.engine.codec.serde import register_type
 from waypoint.stores import MemoryStore, SQLiteStore
 
 

@@ -1,4 +1,4 @@
-"""Fenced writes in one process (engine/store.py, guarantee 11; docs/scale-out.md, "Fencing"): a process writes
+"""Fenced writes in one process (engine/keep/store.py, guarantee 11; docs/scale-out.md, "Fencing"): a process writes
 for a run only while the store says it holds the run. Each test is the path one check alone guards — the lease
 thread's answer, `check_lease()` before a call, `TaskLedger.record`'s own check, the store's check in the write's
 transaction — so removing that check fails it. Real processes are in tests/test_worker_faults.py."""
@@ -305,7 +305,7 @@ async def test_a_renewal_that_gets_no_answer_is_said_at_once_and_its_connection_
     """No error, no answer: the renewal is counted as failed once its interval passes (logged, naming the run), the
     lease is lost at its deadline with that cause — not blamed on the process — and the store's connection for
     renewals is taken again before this process claims another run there."""
-    from waypoint.engine.lease import reserve
+    from waypoint.engine.keep.lease import reserve
 
     store, done = Hangs(), []
     with caplog.at_level(logging.WARNING, logger="waypoint.lease"):

@@ -1,4 +1,4 @@
-"""A run's lease in one process (engine/lease.py, `check_lease()`): a process that may no longer hold it starts
+"""A run's lease in one process (engine/keep/lease.py, `check_lease()`): a process that may no longer hold it starts
 nothing more — no step, no tool call — and writes nothing. The same with real processes frozen by SIGSTOP
 is in tests/test_scale_out.py; leases on the store's clock are in tests/test_store_contract.py."""
 
@@ -24,9 +24,9 @@ from waypoint.engine import (
     check_lease,
     tool,
 )
-from waypoint.engine import lease as lease_module
+from waypoint.engine.keep import lease as lease_module
 from waypoint.engine.models import ScriptedChatModel
-from waypoint.engine.task import TaskLedger, task_ledger
+from waypoint.engine.run.task import TaskLedger, task_ledger
 from waypoint.stores import MemoryStore
 
 
@@ -213,7 +213,7 @@ def _blocks_until_renewed(lease: float) -> tuple[Graph, type]:
 
 async def test_a_process_first_lease_is_renewed_while_its_sync_node_blocks_though_the_first_renewal_is_late(
         monkeypatch):
-    """The renewal thread makes its event loop only when a renewal is due (engine/lease.py): a process's first run,
+    """The renewal thread makes its event loop only when a renewal is due (engine/keep/lease.py): a process's first run,
     whose first renewal comes after the thread's first look, is still renewed while its sync node blocks."""
     monkeypatch.setattr(lease_module, "_RENEWER", None)  # this process's first run with a lease: the thread starts now
     lease = 3 * (lease_module._Renewer.IDLE + 0.2)  # renewed every lease / 3: later than the thread's first look

@@ -20,7 +20,7 @@ from waypoint.engine import ChatModelAgent, Runner
 from waypoint.engine.models import Message, ScriptedChatModel, ToolCall
 from waypoint.engine.tools import (MCPAuthError, MCPConnectionError, MCPServerStdio, MCPServerStreamableHTTP,
                                    MCPTimeoutError, MCPTool, ToolArgumentError)
-from waypoint.engine.tools.mcp import IDEMPOTENCY_KEY_META, MAX_SCHEMA_BYTES
+from waypoint.adapters.mcp_tools import IDEMPOTENCY_KEY_META, MAX_SCHEMA_BYTES
 from waypoint.middleware import LoggingMiddleware, SafeToolMiddleware, ToolRetryMiddleware, transient
 from waypoint.engine import AgentMiddleware, RetryPolicy, WaypointError
 from waypoint.stores import MemoryStore, SQLiteStore

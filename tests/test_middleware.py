@@ -28,7 +28,7 @@ from waypoint.engine import (
     get_resume_context,
     tool,
 )
-from waypoint.engine.checkpoint import Checkpointer
+from waypoint.engine.keep.checkpoint import Checkpointer
 from waypoint.engine.models import ScriptedChatModel
 from waypoint.middleware import (
     AgentMiddleware,

@@ -272,7 +272,7 @@ def test_reasoning_blocks_join_across_chunks_and_a_message_stored_before_them_st
     from pydantic import BaseModel, ConfigDict
 
     from waypoint.engine.models import Reasoning
-    from waypoint.engine.serde import Serializer, TypeRegistry
+    from waypoint.engine.codec.serde import Serializer, TypeRegistry
 
     thought = Reasoning(provider="anthropic", kind="thinking", text="hmm", signature="S")
     hidden = Reasoning(provider="anthropic", kind="redacted_thinking", data="D")

@@ -1,4 +1,4 @@
-"""`takeover=True` never takes a run from an owner the engine can see alive (engine/owners.py): this
+"""`takeover=True` never takes a run from an owner the engine can see alive (engine/keep/owners.py): this
 process still executing it, or a live PID on this host; an owner on this host whose PID is gone may be
 taken over before its lease expires."""
 
@@ -15,7 +15,7 @@ import pytest
 from test_cross_process import run, start, starts, wait_for_line
 
 from waypoint.engine import END, START, CheckpointConflict, Graph
-from waypoint.engine.owners import OwnerState, owner_state
+from waypoint.engine.keep.owners import OwnerState, owner_state
 from waypoint.stores import MemoryStore
 
 HOST = os.uname().nodename
@@ -49,7 +49,7 @@ async def test_a_takeover_of_a_run_this_process_is_executing_is_refused():
 
 async def test_a_lease_of_this_process_that_it_no_longer_executes_is_named_as_this_process_not_a_gone_one():
 
-    from waypoint.engine.checkpoint import Checkpointer
+    from waypoint.engine.keep.checkpoint import Checkpointer
 
     g = Graph(name="payments")
     g.add_node("pay", lambda x: f"paid {x}")

@@ -194,7 +194,7 @@ async def test_concurrent_claimers_never_get_the_same_work(qstore, request):
 
 
 async def test_a_dead_workers_claim_is_taken_again_only_once_the_run_has_no_live_lease(qstore):
-    from waypoint.engine.store import CheckpointMeta
+    from waypoint.engine.keep.store import CheckpointMeta
 
     queue = RunQueue(qstore)
     await queue.submit("g", 1, "run-1")
@@ -221,7 +221,7 @@ async def test_a_run_whose_executor_died_is_taken_once_its_lease_expires_and_tha
     """Once the claim's worker wrote the run, the run's lease alone decides: the row is taken as soon as that
     lease expires, though the claim has not lapsed. The new claim is then the takeover's own until its first
     write: nobody takes the row from it meanwhile (claims that bounced between workers gave runs up)."""
-    from waypoint.engine.store import CheckpointMeta
+    from waypoint.engine.keep.store import CheckpointMeta
 
     queue = RunQueue(qstore)
     await queue.submit("g", 1, "run-1")
@@ -294,8 +294,8 @@ async def test_work_that_every_worker_died_on_is_given_up_after_max_attempts(qst
 async def test_work_given_up_after_max_attempts_stores_its_run_failed_with_why(qstore):
     """Workers that took the work wrote the run's claim and died: when the queue gives the work up, the run it
     left `running` is stored failed with the same words (else recovery would continue what the queue gave up)."""
-    from waypoint.engine.checkpoint import Checkpointer
-    from waypoint.engine.position import RunPosition
+    from waypoint.engine.keep.checkpoint import Checkpointer
+    from waypoint.engine.run.position import RunPosition
 
     calls: Counter = Counter()
     app = approval_graph(qstore, calls)
@@ -321,8 +321,8 @@ async def test_work_given_up_after_max_attempts_stores_its_run_failed_with_why(q
 async def test_a_worker_continues_a_crashed_run_nobody_queued_unless_told_not_to(qstore):
     """Recovery in the worker: a run of its graph left `running` by a process that died (not through the queue)
     is queued for the fleet and continued; `Worker(recover=False)` leaves it."""
-    from waypoint.engine.checkpoint import Checkpointer
-    from waypoint.engine.position import RunPosition
+    from waypoint.engine.keep.checkpoint import Checkpointer
+    from waypoint.engine.run.position import RunPosition
 
     calls: Counter = Counter()
     app = approval_graph(qstore, calls)
@@ -400,7 +400,7 @@ async def test_skip_locked_lets_a_claimer_take_the_other_rows_at_once(pg_url):
 async def test_a_claimer_whose_clock_runs_ahead_takes_no_live_claim_and_no_live_run(pg_url, monkeypatch):
     """Claims and leases are judged on the Postgres server's clock: a claimer whose wall clock runs 60 s ahead
     takes neither a claim that is live nor a row whose run holds a live lease."""
-    from waypoint.engine.store import CheckpointMeta
+    from waypoint.engine.keep.store import CheckpointMeta
 
     store = SQLStore(pg_url)
     queue = RunQueue(store)
@@ -720,8 +720,8 @@ async def test_work_whose_workers_die_while_its_run_moves_on_is_not_given_up(qst
     """Three workers in a row took the work, each moved the run on (its claim of the run, then a step) and died —
     preempted, say. With max_attempts=2 the next worker still runs it: only claims in a row without progress
     count (an attempt's claim alone is no progress: tests/test_worker_faults.py)."""
-    from waypoint.engine.checkpoint import Checkpointer
-    from waypoint.engine.position import RunPosition
+    from waypoint.engine.keep.checkpoint import Checkpointer
+    from waypoint.engine.run.position import RunPosition
 
     calls: Counter = Counter()
     app = approval_graph(qstore, calls)

@@ -1,4 +1,4 @@
-"""`waypoint.engine.recover`'s rules, one pass at a time on a real SQLite file (engine/recovery.py): a run whose
+"""`waypoint.engine.recover`'s rules, one pass at a time on a real SQLite file (engine/keep/recovery.py): a run whose
 owner is on another host is continued only once its lease expired on the store's clock; a live owner on this
 host is never taken; a paused or cancelled run is left; a run of a graph not served is left (and said once);
 at most `concurrency` runs are continued at once; a run is given up after `max_attempts` takeovers without
@@ -16,8 +16,8 @@ import sys
 import pytest
 
 from waypoint.engine import END, START, Graph, GraphInterrupted, Interrupt, StoreUnavailable, WaypointError, recover
-from waypoint.engine.checkpoint import Checkpointer
-from waypoint.engine.position import RunPosition
+from waypoint.engine.keep.checkpoint import Checkpointer
+from waypoint.engine.run.position import RunPosition
 from waypoint.stores import SQLiteStore
 
 LEASE = 0.5

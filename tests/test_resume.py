@@ -27,7 +27,7 @@ from waypoint.engine import (
     get_interrupt_state,
     get_resume_context,
 )
-from waypoint.engine.serde import register_type
+from waypoint.engine.codec.serde import register_type
 from waypoint.stores import MemoryStore, SQLiteStore
 
 
@@ -480,7 +480,7 @@ async def test_a_new_run_over_one_created_on_a_clock_ahead_is_still_written(tmp_
     import time
     import types
 
-    import waypoint.engine.checkpoint as checkpoint
+    import waypoint.engine.keep.checkpoint as checkpoint
 
     store = SQLiteStore(tmp_path / "runs.db")
     g = Graph(name="g")

@@ -128,7 +128,7 @@ async def test_a_resume_reads_the_trace_stored_by_the_run_that_paused(tmp_path):
     assert start.previous_trace == {"traceparent": "run-A"} and start.resumed_from == paused_at
     newest = await build(store).get_run("t")  # every version this run wrote carries its own carrier
     assert newest.meta.status == "completed"
-    from waypoint.engine.checkpoint import Checkpointer
+    from waypoint.engine.keep.checkpoint import Checkpointer
 
     reader = Checkpointer(store=store, serializer=build(store).get_serializer(), checkpoint_id="t",
                           graph_structure={})

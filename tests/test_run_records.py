@@ -175,8 +175,8 @@ async def test_new_input_for_a_paused_run_says_how_to_resume_it():
 
 
 async def test_a_run_whose_process_died_is_described_as_such():
-    from waypoint.engine.checkpoint import Checkpointer
-    from waypoint.engine.position import RunPosition
+    from waypoint.engine.keep.checkpoint import Checkpointer
+    from waypoint.engine.run.position import RunPosition
 
     store = MemoryStore()
     app = paused_app(store, name="h")

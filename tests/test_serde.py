@@ -1,4 +1,4 @@
-"""The checkpoint codec (waypoint.engine.serde): round trips, registration, errors, envelope, hardening."""
+"""The checkpoint codec (waypoint.engine.codec.serde): round trips, registration, errors, envelope, hardening."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ import pydantic
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from waypoint.engine import serde
+from waypoint.engine.codec import serde
 from waypoint.engine.errors import CheckpointCorrupted, SerializationError, WaypointError
-from waypoint.engine.serde import (
+from waypoint.engine.codec.serde import (
     ExtCode,
     Serializer,
     TypeRegistry,

@@ -16,9 +16,9 @@ from uuid import UUID
 
 import msgpack
 import pytest
-from waypoint.engine import serde
+from waypoint.engine.codec import serde
 from waypoint.engine.errors import CheckpointCorrupted, SerializationError
-from waypoint.engine.serde import ExtCode, Serializer, UnsupportedFormat, decode_value, encode_value, loads
+from waypoint.engine.codec.serde import ExtCode, Serializer, UnsupportedFormat, decode_value, encode_value, loads
 
 KEY = b"k" * 32
 P = 2**61 - 1  # CPython hashes ints modulo this prime: n and n + k*P collide

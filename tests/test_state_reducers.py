@@ -28,7 +28,7 @@ from waypoint.engine import (
     add_messages,
     append,
 )
-from waypoint.engine.serde import Serializer, register_type
+from waypoint.engine.codec.serde import Serializer, register_type
 from waypoint.stores import MemoryStore, SQLiteStore
 
 SCRIPT = Path(__file__).parent / "procs" / "state_graphs.py"
@@ -280,7 +280,7 @@ async def test_a_dag_task_whose_write_fails_writes_nothing_and_its_resume_applie
 def test_a_state_that_refuses_a_value_keeps_every_field_of_that_write_as_it_was():
     from pydantic import BaseModel, ConfigDict
 
-    from waypoint.engine.reducers import apply_writes, reducers_of
+    from waypoint.engine.shape.reducers import apply_writes, reducers_of
 
     class Checked(BaseModel):
         model_config = ConfigDict(validate_assignment=True)

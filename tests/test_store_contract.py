@@ -1,4 +1,4 @@
-"""The store contract (engine/store.py), run against every store: memory, SQLite, SQLAlchemy+SQLite,
+"""The store contract (engine/keep/store.py), run against every store: memory, SQLite, SQLAlchemy+SQLite,
 SQLAlchemy+Postgres (the `store` fixture in conftest.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 import pytest
 
 from waypoint.engine.errors import CheckpointConflict, CheckpointNotFound
-from waypoint.engine.store import Blob, CheckpointMeta, MissingBlobs
+from waypoint.engine.keep.store import Blob, CheckpointMeta, MissingBlobs
 from waypoint.stores import MemoryStore, SQLiteStore, SQLStore
 
 
@@ -351,7 +351,7 @@ def test_sqlstore_survives_sync_invoke_on_fresh_event_loops(tmp_path, request, d
     app = g.compile(store=store)
     assert [app.invoke(i, checkpoint_id=f"r{i}") for i in range(3)] == [1, 2, 3]  # three loops, one store
     # each loop disposed its own pool when asyncio.run shut it down; what stays is the lease thread's one connection
-    # for renewals, taken before the first run was claimed and kept for good (engine/store.py, guarantee 12)
+    # for renewals, taken before the first run was claimed and kept for good (engine/keep/store.py, guarantee 12)
     assert [kind for _loop, kind in store._engines] == ["renewals"]
     if db == "postgres":
         pg = request.getfixturevalue("pg")

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from waypoint.engine import END, START, CheckpointCorrupted, Graph, GraphInterrupted, Interrupt, get_resume_context
-from waypoint.engine.serde import Serializer
+from waypoint.engine.codec.serde import Serializer
 from waypoint.stores import MemoryStore, SQLiteStore, SQLStore
 
 KEY = b"k" * 32
@@ -100,7 +100,7 @@ CYCLE_SCRIPT = textwrap.dedent(
     from test_store_integrity import build, open_store
     from waypoint.engine import CheckpointCorrupted, GraphInterrupted
     from dataclasses import replace
-    from waypoint.engine.store import Blob
+    from waypoint.engine.keep.store import Blob
     from waypoint.stores import MemoryStore
 
     kind, path = sys.argv[1], sys.argv[2]
@@ -439,7 +439,7 @@ async def test_a_state_with_more_fields_than_a_version_may_have_parts_is_stored_
 
 
 async def test_long_list_chains_are_restarted_so_reads_stay_bounded(monkeypatch):
-    from waypoint.engine import checkpoint
+    from waypoint.engine.keep import checkpoint
 
     monkeypatch.setattr(checkpoint, "MAX_CHAIN", 4)
     store = MemoryStore()

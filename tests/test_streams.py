@@ -8,7 +8,7 @@ import pytest
 
 from conftest import linear
 from waypoint.engine import END, START, Graph, GraphRunError, Lambda, register_concat
-from waypoint.engine.streams import concat
+from waypoint.engine.shape.streams import concat
 
 
 async def words(text):

@@ -87,7 +87,7 @@ def fan_out(name: str, n: int, fn) -> Graph:
 async def test_more_blocking_sync_nodes_than_the_pool_keeps_all_run_at_once():
     """Sync calls share a few threads, but a call whose threads are all blocked gets one of its own: 24 parallel
     nodes that each wait until all 24 are running (a barrier) finish — none waited behind another."""
-    from waypoint.engine.node_calls import _POOL
+    from waypoint.engine.run.node_calls import _POOL
 
     n = 3 * _POOL._core
     barrier = threading.Barrier(n, timeout=60)
@@ -145,7 +145,7 @@ async def test_a_forked_child_runs_sync_nodes_on_threads_of_its_own():
 
 def small_pool(monkeypatch, *, core: int = 1, starved: float = 0.005):
     """A pool of its own for one test (the process's pool is shared by every test on this worker)."""
-    from waypoint.engine import node_calls
+    from waypoint.engine.run import node_calls
 
     pool = node_calls._DaemonPool(core=core, idle=4, starved=starved)
     monkeypatch.setattr(node_calls, "_POOL", pool)
@@ -154,7 +154,7 @@ def small_pool(monkeypatch, *, core: int = 1, starved: float = 0.005):
 
 def block_threads(pool, gate: threading.Event) -> None:
     """Occupy every core thread of `pool` with a call that waits for `gate`, from a loop of its own."""
-    from waypoint.engine.node_calls import in_daemon_thread
+    from waypoint.engine.run.node_calls import in_daemon_thread
 
     running = threading.Barrier(pool._core + 1, timeout=30)
 
@@ -173,7 +173,7 @@ def test_a_waiting_call_is_rescued_by_its_own_timer_though_an_older_one_waits_on
     """Loop 1 queues a call while every thread is blocked, then stays busy; loop 2 queues a quick call. Loop 2's
     rescue starts a thread for loop 2's call — never loop 1's, whose own rescue is late: the quick call ran in
     milliseconds, not when loop 1 woke (it used to wait for that, or for ever with a closed loop)."""
-    from waypoint.engine.node_calls import in_daemon_thread
+    from waypoint.engine.run.node_calls import in_daemon_thread
 
     pool, gate, quick_done, queued = small_pool(monkeypatch), threading.Event(), threading.Event(), threading.Event()
     block_threads(pool, gate)
@@ -217,8 +217,8 @@ async def test_a_thread_that_cannot_be_started_fails_the_call_at_once(monkeypatc
     count of threads stays true, so the next call still gets one."""
     import pytest
 
-    from waypoint.engine import node_calls
-    from waypoint.engine.node_calls import in_daemon_thread
+    from waypoint.engine.run import node_calls
+    from waypoint.engine.run.node_calls import in_daemon_thread
 
     pool, gate = small_pool(monkeypatch), threading.Event()
     block_threads(pool, gate)
@@ -241,7 +241,7 @@ async def test_a_thread_that_cannot_be_started_fails_the_call_at_once(monkeypatc
 async def test_a_call_whose_caller_was_cancelled_while_it_waited_never_starts(monkeypatch):
     """A queued call's run was cancelled (or lost its lease) before a thread was free: the call never starts —
     no side effect for a run that is over."""
-    from waypoint.engine.node_calls import in_daemon_thread
+    from waypoint.engine.run.node_calls import in_daemon_thread
 
     pool, gate, ran = small_pool(monkeypatch, starved=600.0), threading.Event(), []
     block_threads(pool, gate)
@@ -260,7 +260,7 @@ def test_a_node_that_forks_on_a_pool_thread_leaves_a_child_that_ends_and_a_paren
     import os
     import signal
 
-    from waypoint.engine.node_calls import in_daemon_thread
+    from waypoint.engine.run.node_calls import in_daemon_thread
 
     small_pool(monkeypatch, core=1)
     children: list[int] = []

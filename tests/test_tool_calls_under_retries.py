@@ -32,7 +32,7 @@ from waypoint.engine import (
     ToolCall,
     tool,
 )
-from waypoint.engine import compiled as compiled_module
+from waypoint.engine.compose import compiled as compiled_module
 from waypoint.engine.models import OpenAIChatModel, ScriptedChatModel
 from waypoint.middleware import ApprovalMiddleware, ApprovalResult, ModelRetryMiddleware, ToolRetryMiddleware
 from waypoint.stores import MemoryStore

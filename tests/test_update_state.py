@@ -31,8 +31,8 @@ from waypoint.engine import (
     get_resume_context,
     idempotency_key,
 )
-from waypoint.engine.checkpoint import Checkpointer
-from waypoint.engine.serde import register_type
+from waypoint.engine.keep.checkpoint import Checkpointer
+from waypoint.engine.codec.serde import register_type
 from waypoint.stores import MemoryStore, SQLiteStore
 
 SCRIPT = Path(__file__).parent / "procs" / "state_graphs.py"

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from waypoint.engine.resume import unescape_part
+from waypoint.engine.run.resume import unescape_part
 from waypoint.middleware import ApprovalInfo, ApprovalResult
 
-from waypoint.engine.node_calls import in_daemon_thread
+from waypoint.engine.run.node_calls import in_daemon_thread
 
 from ..console import hides, read_line, visible
 from .session import FAILED, QUIT, ChatSession

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from waypoint.engine import GraphMismatch, UnknownType, WaypointError
-from waypoint.engine.owners import OwnerState, owner_state
-from waypoint.engine.store import store_clock
+from waypoint.engine.keep.owners import OwnerState, owner_state
+from waypoint.engine.keep.store import store_clock
 
 from ..console import Console, compact, default_db, print_events, read_line
 

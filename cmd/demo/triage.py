@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from waypoint.engine import END, START, Graph, StatefulInterrupt, get_interrupt_state, get_resume_context
-from waypoint.engine.serde import register_type
+from waypoint.engine.codec.serde import register_type
 
 
 @register_type(name="waypoint.demo.Ticket")

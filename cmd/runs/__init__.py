@@ -29,7 +29,7 @@ from typing import Any
 
 from waypoint.engine import CheckpointCorrupted, WaypointError
 from waypoint.engine.errors import describe
-from waypoint.engine.store import store_clock
+from waypoint.engine.keep.store import store_clock
 
 from ..console import Console, default_db, visible
 from .read import RunsError, opened_store, read_run, read_version
@@ -121,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _unreadable_hint(err: BaseException, checkpoint_id: str | None, hint: str) -> str:
     """What to do about a run that cannot be decoded: name its graph, or look at its other versions."""
-    from waypoint.engine.serde import UnknownType
+    from waypoint.engine.codec.serde import UnknownType
 
     if isinstance(err, UnknownType) or "Serializer" in str(err):  # a type or a key only its module has
         return (f"; `{hint} show|resume {checkpoint_id or 'ID'} --graph MODULE:ATTR` reads it with the graph "

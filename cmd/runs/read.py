@@ -158,8 +158,8 @@ async def read_version(store: Any, checkpoint_id: str, version: int | None = Non
     Raises `CheckpointCorrupted` (a `WaypointError`) when the record cannot be decoded.
     """
     from waypoint.engine import read_run as read_stored
-    from waypoint.engine.serde import UnknownType
-    from waypoint.engine.store import store_clock
+    from waypoint.engine.codec.serde import UnknownType
+    from waypoint.engine.keep.store import store_clock
 
     _register_types()
     try:

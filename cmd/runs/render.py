@@ -14,8 +14,8 @@ from typing import Any
 
 from waypoint.engine import CheckpointMeta
 from waypoint.engine.errors import clip
-from waypoint.engine.jsonable import jsonable, message_json, output_json, tool_arguments
-from waypoint.engine.owners import OwnerState, describe_owner, owner_state
+from waypoint.engine.codec.jsonable import jsonable, message_json, output_json, tool_arguments
+from waypoint.engine.keep.owners import OwnerState, describe_owner, owner_state
 
 from ..console import Console, compact, hides, visible
 from .read import Pending, StoredRun
@@ -30,7 +30,7 @@ TEXT_LIMIT = 2000
 
 
 def plain(value: Any) -> Any:
-    """`value` as JSON data (engine/jsonable.py)."""
+    """`value` as JSON data (engine/codec/jsonable.py)."""
     return jsonable(value, limit=TEXT_LIMIT)
 
 
@@ -70,7 +70,7 @@ def lease_text(meta: CheckpointMeta, now: float) -> str | None:
         return f"expired at {clock(meta.lease_expires)} (owner {owner}): the process that ran it is gone"
     held = f"held by {owner} until {clock(meta.lease_expires)} ({meta.lease_expires - now:.0f}s left)"
     state = owner_state(meta.lease_owner)
-    if state is OwnerState.DEAD:  # a PID of this host that is gone: known, not guessed (engine/owners.py)
+    if state is OwnerState.DEAD:  # a PID of this host that is gone: known, not guessed (engine/keep/owners.py)
         return f"{held}; {describe_owner(meta.lease_owner)}: resuming it takes it over at once"
     if state is not OwnerState.UNKNOWN:
         return f"{held}; {describe_owner(meta.lease_owner)}: that process is running it"

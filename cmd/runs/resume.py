@@ -31,8 +31,8 @@ from typing import Any
 
 from waypoint.engine import CompiledGraph, Graph, GraphInterrupted, WaypointError
 from waypoint.engine.errors import clip, describe
-from waypoint.engine.loading import load_object
-from waypoint.engine.owners import OwnerState, describe_owner, owner_state
+from waypoint.engine.codec.loading import load_object
+from waypoint.engine.keep.owners import OwnerState, describe_owner, owner_state
 
 from .. import agents as _agents
 from ..console import Console, print_events, visible
@@ -164,7 +164,7 @@ def _check(run: StoredRun, answers: dict[str, tuple[str, Any]], takeover: bool, 
 
 def _may_take_over(run: StoredRun, takeover: bool) -> bool:
     """A run under a live lease: taken over when its owner is a process of this host that is gone (known, not
-    guessed: engine/owners.py) or when `--takeover` vouches for an owner on another host; refused in one line
+    guessed: engine/keep/owners.py) or when `--takeover` vouches for an owner on another host; refused in one line
     while its owner is alive."""
     meta, cid = run.meta, run.meta.checkpoint_id
     state = owner_state(meta.lease_owner)
@@ -195,8 +195,8 @@ def _check_answers(run: StoredRun, answers: dict[str, tuple[str, Any]], hint: st
 
 
 def _check_graph(run: StoredRun, app: Any, what: str) -> None:
-    from waypoint.engine.checkpoint import fingerprint
-    from waypoint.engine.checkpoint_content import describe_difference
+    from waypoint.engine.keep.checkpoint import fingerprint
+    from waypoint.engine.keep.content import describe_difference
 
     if fingerprint(app.structure) != run.meta.fingerprint:
         change = describe_difference(run.structure, app.structure)

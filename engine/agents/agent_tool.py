@@ -2,7 +2,7 @@
 
 The model calls it like any tool, with a `request` argument; the agent runs on that request (or on the
 calling agent's conversation plus the request, with `full_history=True`) and its final answer is the tool's
-result. The run is *nested* in the tool call (`run_nested`, engine/nested.py), so it is part of the calling
+result. The run is *nested* in the tool call (`run_nested`, engine/compose/nested.py), so it is part of the calling
 run's checkpoint — never a run of its own in the store:
 
 - each step it finishes is recorded there; a crash continues it from its last finished step;
@@ -22,8 +22,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from ..compose import run_nested
 from ..models.schema import Message
-from ..nested import run_nested
 from ..tools.tool import Tool, ToolContext
 
 __all__ = ["AgentTool", "calling_tools", "label_of"]

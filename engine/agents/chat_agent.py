@@ -17,13 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..base import END, START
+from ..codec import register_type
+from ..compose import Graph
 from ..errors import GraphBuildError, MaxIterationsExceeded
-from ..graph import Graph
 from ..models.base import ChatModel, ToolChoice
 from ..models.schema import Message, ToolCall, as_messages, concat_messages
-from ..serde import register_type
-from ..task import collecting_attempts, current_checkpoint_id, emit_chunk, enclosing_state
+from ..run import collecting_attempts, current_checkpoint_id, emit_chunk, enclosing_state
+from ..shape import END, START
 from ..tools.node import ToolsNode
 from ..tools.verbs import Decision
 from .agent_tool import calling_tools

@@ -18,12 +18,11 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..compiled import run_sync
+from ..compose import run_sync
 from ..errors import GraphInterrupted
 from ..events import Event
-from ..interrupts import InterruptInfo
-from ..pending import Pending, pending_of
 from ..models.schema import Message, as_messages, concat_messages
+from ..run import InterruptInfo, Pending, pending_of
 from ..tools.node import ToolEvent
 from ..tools.verbs import Decision
 from .middleware import RetryNotice, StoredMessage
@@ -204,8 +203,8 @@ class Runner:
         """What the abandoned turn's calls that ran came to (by position in their message): the results of those
         that finished, "started, outcome unknown" for those its process stopped inside (`results_so_far`). A
         workflow agent's conversation holds its agents' answers, never their calls: it has none to close."""
-        from ..checkpoint import Checkpointer
-        from ..task import TaskLedger
+        from ..keep import Checkpointer
+        from ..run import TaskLedger
 
         app = self.app
         reader = Checkpointer(store=self.store, serializer=app.get_serializer(), checkpoint_id=checkpoint_id,

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..codec import register_type
 from ..models.schema import Message
-from ..serde import register_type
 
 __all__ = ["Session", "format_instruction", "conversation_for", "answer_of"]
 

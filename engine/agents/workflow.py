@@ -26,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..base import END, START
+from ..compose import Graph
 from ..errors import GraphBuildError
-from ..graph import Graph
 from ..models.schema import Message, as_messages
+from ..shape import END, START
 from .session import Session, answer_of, conversation_for
 
 __all__ = ["SequentialAgent", "ParallelAgent", "LoopAgent"]

@@ -2,7 +2,10 @@
 `OfflineModel`, `model_from_env()`, and the message schema (`Message`, `ToolCall`, `Usage`, `ToolInfo`,
 `Reasoning`).
 
-`openai` is imported only when an `OpenAIChatModel` is created, `anthropic` when an `AnthropicChatModel` is.
+The providers (`OpenAIChatModel`, `AnthropicChatModel`) and `model_from_env()` live outside the engine, in
+`waypoint.adapters` (docs/decisions.md, issue 31): named here, they are looked up there on first use, so the
+engine itself imports no provider. `openai` is imported only when an `OpenAIChatModel` is created, `anthropic`
+when an `AnthropicChatModel` is.
 """
 
 from __future__ import annotations
@@ -13,11 +16,11 @@ from .base import ChatModel, ToolChoice
 from .schema import Message, Reasoning, ToolCall, ToolInfo, Usage, as_messages, concat_messages
 
 _LAZY = {
-    "OpenAIChatModel": ".openai",
-    "AnthropicChatModel": ".anthropic",
+    "OpenAIChatModel": "waypoint.adapters.openai_chat",
+    "AnthropicChatModel": "waypoint.adapters.anthropic_chat",
+    "model_from_env": "waypoint.adapters.env",
     "ScriptedChatModel": ".scripted",
     "OfflineModel": ".offline",
-    "model_from_env": ".offline",
 }
 
 

@@ -1,5 +1,5 @@
-"""`OfflineModel`, a deterministic rule-based chat model so every demo runs with no API key, and
-`model_from_env()`, which picks a real model when a key is set.
+"""`OfflineModel`, a deterministic rule-based chat model so every demo runs with no API key (`model_from_env()`,
+which picks a real model when a key is set, is with the providers: waypoint/adapters/env.py).
 
 Rules read the last user message (case-insensitive); each calls its tool only when that tool is offered:
 
@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 
 from ._chunks import split_message
-from .base import ChatModel, ToolChoice
+from .base import ToolChoice
 from .schema import Message, ToolCall, ToolInfo
 
-__all__ = ["OfflineModel", "model_from_env", "BANNER"]
+__all__ = ["OfflineModel", "BANNER"]
 
 BANNER = "offline model: deterministic rules, no network — set OPENAI_API_KEY to use a real model"
 
@@ -152,47 +150,3 @@ class OfflineModel:
             if i and self.word_delay:
                 await asyncio.sleep(self.word_delay)
             yield chunk
-
-
-def model_from_env(**options: Any) -> ChatModel:
-    """The model the environment asks for; `options` go to its constructor.
-
-    `WAYPOINT_MODEL_PROVIDER` (`openai`, `anthropic` or `offline`) chooses when set. Otherwise:
-    `OpenAIChatModel` when `OPENAI_API_KEY` is set (model `OPENAI_MODEL`, default gpt-4o-mini; server
-    `OPENAI_BASE_URL`); else `AnthropicChatModel` when `ANTHROPIC_API_KEY` is set (model `ANTHROPIC_MODEL`,
-    default claude-haiku-4-5; server `ANTHROPIC_BASE_URL`); else `OfflineModel()`.
-    """
-    chosen = os.environ.get("WAYPOINT_MODEL_PROVIDER", "").strip().lower()
-    if chosen not in ("", "openai", "anthropic", "offline"):
-        from ..errors import ModelError
-
-        raise ModelError(f"WAYPOINT_MODEL_PROVIDER={chosen!r} names no provider Waypoint has; use openai, "
-                         "anthropic or offline (or unset it to choose by which API key is set)")
-    if chosen == "offline" or (not chosen and not os.environ.get("OPENAI_API_KEY")
-                               and not os.environ.get("ANTHROPIC_API_KEY")):
-        return OfflineModel(word_delay=_pace())
-    if chosen == "anthropic" or (not chosen and not os.environ.get("OPENAI_API_KEY")):
-        from .anthropic import AnthropicChatModel
-
-        return AnthropicChatModel(model=os.environ.get("ANTHROPIC_MODEL", "claude-haiku-4-5"),
-                                  base_url=os.environ.get("ANTHROPIC_BASE_URL"),
-                                  api_key=os.environ.get("ANTHROPIC_API_KEY"), **options)
-    from .openai import OpenAIChatModel
-
-    return OpenAIChatModel(model=os.environ.get("OPENAI_MODEL", "gpt-4o-mini"),
-                           base_url=os.environ.get("OPENAI_BASE_URL"), api_key=os.environ.get("OPENAI_API_KEY"),
-                           **options)
-
-
-def _pace() -> float:
-    """`WAYPOINT_OFFLINE_PACE`: seconds between the offline model's streamed words (unset: no pause)."""
-    text = os.environ.get("WAYPOINT_OFFLINE_PACE", "").strip()
-    try:
-        pace = float(text) if text else 0.0
-    except ValueError:
-        pace = -1.0
-    if not 0 <= pace <= 5:
-        from ..errors import ModelError
-
-        raise ModelError(f"WAYPOINT_OFFLINE_PACE={text!r} must be seconds between streamed words, from 0 to 5")
-    return pace

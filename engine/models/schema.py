@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ..serde import register_type
-from ..streams import register_concat
+from ..codec import register_type
+from ..shape import register_concat
 
 __all__ = ["Message", "ToolCall", "Usage", "Reasoning", "Role", "ToolInfo", "concat_messages", "as_messages",
            "tool_infos"]

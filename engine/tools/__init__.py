@@ -1,5 +1,6 @@
 """Tools for agents: `@tool`, `Tool`, `ToolContext`, `ToolsNode`, `RetryAgentRun`, `StopAgentRun`, `BreakLoop`;
-tools of MCP servers (`MCPServerStdio`, `MCPServerStreamableHTTP`: the `[mcp]` extra, loaded when first named)."""
+tools of MCP servers (`MCPServerStdio`, `MCPServerStreamableHTTP`: the `[mcp]` extra), which live in
+`waypoint.adapters.mcp_tools` and are looked up there when first named here."""
 
 from .node import ToolBatch, ToolEvent, ToolsNode
 from .tool import BreakLoop, RetryAgentRun, StopAgentRun, Tool, ToolArgumentError, ToolContext, ToolInfo, tool
@@ -10,9 +11,9 @@ _MCP = ("MCPServerStdio", "MCPServerStreamableHTTP", "MCPTool", "MCPConnectionEr
 
 def __getattr__(name: str):
     if name in _MCP:
-        from . import mcp
+        from importlib import import_module
 
-        return getattr(mcp, name)
+        return getattr(import_module("waypoint.adapters.mcp_tools"), name)
     raise AttributeError(f"module 'waypoint.engine.tools' has no attribute {name!r}")
 
 

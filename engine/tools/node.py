@@ -24,30 +24,28 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import GraphBuildError, LeaseLost, WaypointError
-from ..node_calls import in_daemon_thread
-from ..scope import current_task
-from ..interrupts import CompositeInterrupt, Interrupt
 from ..models.schema import Message, ToolCall, ToolInfo
-from ..resume import (
+from ..run import (
+    CompositeInterrupt,
+    Interrupt,
+    TaskLedger,
     address_segment,
     answers_below,
+    check_lease,
+    collecting_attempts,
+    current_checkpoint_id,
+    current_task,
+    emit_chunk,
     escape_part,
     get_interrupt_state,
     get_resume_context,
-    pause_again,
-)
-from ..task import (
-    TaskLedger,
-    check_lease,
-    current_checkpoint_id,
-    collecting_attempts,
-    emit_chunk,
     idempotency_key,
+    in_daemon_thread,
     ledger_epoch,
+    pause_again,
     task_ledger,
 )
-from .tool import (BreakLoop, HandOff, RetryAgentRun, StopAgentRun, Tool, ToolArgumentError, ToolContext, _text,
-                   as_tool)
+from .tool import BreakLoop, HandOff, RetryAgentRun, StopAgentRun, Tool, ToolArgumentError, ToolContext, _text, as_tool
 from .verbs import Decision, Respond, Restart
 
 __all__ = ["ToolsNode", "ToolBatch", "ToolEvent"]

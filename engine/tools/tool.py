@@ -20,8 +20,7 @@ from typing import Any, get_type_hints
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from ..models.schema import ToolInfo
-from ..node_calls import in_daemon_thread
-from ..scope import current_task
+from ..run import current_task, in_daemon_thread
 
 __all__ = ["tool", "Tool", "ToolContext", "ToolArgumentError", "RetryAgentRun", "StopAgentRun", "BreakLoop", "ToolInfo"]
 
@@ -95,7 +94,7 @@ class ToolContext:
 
     def decide(self, verb: str, reason: str | None = None) -> None:
         """Record what was decided about this paused call ("approved", "rejected", ...)."""
-        from ..task import current_version
+        from ..run import current_version
         from .verbs import Decision
 
         self.decision = Decision(call_id=self.call_id, tool=self.name, verb=verb, reason=reason,  # type: ignore[arg-type]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..serde import register_type
+from ..codec import register_type
 
 __all__ = ["Respond", "Restart", "Decision", "Verb"]
 

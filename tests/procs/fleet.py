@@ -14,7 +14,7 @@ import asyncio
 import os
 
 from waypoint.engine import ChatModelAgent, Message, ToolCall, ToolContext, tool
-from waypoint.engine.task import current_checkpoint_id
+from waypoint.engine.run.task import current_checkpoint_id
 from waypoint.middleware import ApprovalMiddleware
 
 EFFECT_SECONDS = 0.05

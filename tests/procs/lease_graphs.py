@@ -19,7 +19,7 @@ import asyncio
 import os
 
 from waypoint.engine import END, START, ChatModelAgent, Graph, Message, ToolCall, ToolContext, tool
-from waypoint.engine.task import current_checkpoint_id
+from waypoint.engine.run.task import current_checkpoint_id
 
 
 def journal(*words: object) -> None:

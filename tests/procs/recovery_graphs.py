@@ -21,7 +21,7 @@ import os
 import signal
 
 from waypoint.engine import END, START, ChatModelAgent, Graph, Interrupt, Message, ToolCall, ToolContext, tool
-from waypoint.engine.task import current_checkpoint_id
+from waypoint.engine.run.task import current_checkpoint_id
 from waypoint.middleware import ApprovalMiddleware
 
 

@@ -231,7 +231,7 @@ async def _drain(events) -> None:
 
 async def crash(db: str, checkpoint_id: str, lease: float, *, elsewhere: bool = False) -> None:
     os.environ["RUNS_CRASH"] = "1"
-    if elsewhere:  # lease owners are named `host:pid:random` (engine/checkpoint.py): this one names another host
+    if elsewhere:  # lease owners are named `host:pid:random` (engine/keep/checkpoint.py): this one names another host
         real = os.uname()
         os.uname = lambda: type(real)((real.sysname, "another-host", *real[2:]))
     await _steps().compile(store=SQLiteStore(db), lease_seconds=lease).ainvoke("job", checkpoint_id=checkpoint_id)

@@ -27,7 +27,7 @@ from waypoint.engine import (
     append,
     get_resume_context,
 )
-from waypoint.engine.serde import register_type
+from waypoint.engine.codec.serde import register_type
 from waypoint.stores import SQLiteStore
 
 

@@ -1,0 +1,13 @@
+"""Keeping a run: the store contract (`store`), a position as store content (`content`) and its encoding into
+versions (`checkpoint`), a run's life against a store — claim, steps, pause, end (`lifecycle`), its lease and
+the processes that own runs (`lease`, `owners`), recovery of runs nobody resumes (`recovery`), edits of a
+stored run (`state_update`), and a process stopping (`shutdown`)."""
+
+from .checkpoint import Checkpointer, fingerprint
+from .lifecycle import RunOptions, run_graph
+from .recovery import Recovered, recover
+from .shutdown import Shutdown
+from .state_update import update_state
+from .store import Checkpoint, CheckpointMeta, CheckPointStore
+
+__all__ = ["CheckPointStore", "Checkpoint", "CheckpointMeta", "Checkpointer", "Recovered", "RunOptions", "Shutdown", "fingerprint", "recover", "run_graph", "update_state"]

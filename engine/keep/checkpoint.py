@@ -1,0 +1,429 @@
+"""A run's position as store content: parts, content-addressed blobs, and append segments.
+
+`Checkpointer` is the engine side of the store contract (engine/keep/store.py) for one run. It turns a
+`RunPosition` into *parts*:
+
+- `run`   — step, pending tasks and their inputs, inbox, skips, interrupts, output (small; changes
+            every step, so written every step);
+- `graph` — the graph's structure, for `GraphMismatch` messages (same bytes every step: written once);
+- `s:<field>` — one part per field of the run-local state (a dict's keys, a registered dataclass's or
+            pydantic model's fields; any other state is one part `s:`).
+
+Each part is a blob whose hash is its address, so an unchanged part is never written twice. A part
+whose value is a list is a *chain*: a root segment plus append segments, each naming its parent. When
+a list only grew since the last write (the common case: a conversation), only the new items are
+written. That keeps the bytes written per step flat as history grows (docs/stores.md); a chain is
+restarted (the whole list written as a new root) before it grows past `MAX_CHAIN` segments.
+
+A version's *header* is a codec record listing the parts and binding them to the version: it holds
+the checkpoint ID, version, step, status, graph fingerprint and error the row claims. Reading checks
+that claim against the row, so with a signing key content cannot be moved to another run or version.
+Only the small header is written per version; parts are encoded once (`mark` reuses them). The header
+also carries the writing run's trace carrier when it has one (`RunInfo.trace`, engine/events.py): how a
+resumed run, in another process, links its trace to the run that paused it.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import hashlib
+import operator
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CheckpointCorrupted
+from ..run import RunPosition
+from ..shape import StateJournal
+from .content import (
+    position_from_plain,
+    position_to_plain,
+    register_engine_types,
+    split_state,
+)
+from .lease import lease_clock
+from .reading import FORMAT, RESTORE, Loaded, PartCache, VersionReader, binding
+from .store import (
+    MAX_CHAIN,
+    Blob,
+    CheckpointMeta,
+    CheckPointStore,
+    MissingBlobs,
+    version_label,
+)
+
+if TYPE_CHECKING:
+    from ..codec import Serializer
+
+__all__ = ["Checkpointer", "fingerprint", "new_owner"]
+
+
+
+def new_owner() -> str:
+    """A lease owner name unique to this process and call: host, pid and a random suffix."""
+    return f"{os.uname().nodename}:{os.getpid()}:{os.urandom(4).hex()}"
+
+
+@functools.lru_cache(maxsize=64)
+def _fingerprint(packed: bytes) -> str:
+    return hashlib.blake2b(packed, digest_size=12).hexdigest()
+
+
+def fingerprint(structure: dict[str, Any]) -> str:
+    """A short hash of a graph structure: equal structures, equal fingerprints."""
+    import msgpack
+
+    return _fingerprint(msgpack.packb(structure, use_bin_type=True))
+
+
+@dataclass(kw_only=True)
+class Checkpointer(VersionReader):
+    """Reads and writes one run's versions in a store (one per `ainvoke`)."""
+
+    store: CheckPointStore
+    serializer: Serializer
+    checkpoint_id: str
+    graph_structure: dict[str, Any]
+    owner: str = field(default_factory=new_owner)
+    lease_seconds: float = 30.0
+    version: int | None = None
+    created_at: float | None = None
+    replaces: float | None = None
+    """The `created_at` of the run a new run is written over (None: none): the new one is created after it."""
+    _cache: dict[str, PartCache] = field(default_factory=dict)
+    _known: set[str] = field(default_factory=set)
+    _last: tuple[int, dict[str, Any]] | None = None
+    """The step and header content (parts, lists, state kind) last written or read: what `mark` reuses."""
+    _graph_part: str | None = None
+    origin: str | None = None
+    """Written into the next version's meta (then cleared): the `id@version` a fork or time travel left."""
+    trace: dict[str, str] = field(default_factory=dict)
+    """The running run's trace carrier, written into every header (nothing when empty)."""
+    sent: float = 0.0
+    """The lease clock (engine/keep/lease.py) when the last write was sent: a lease it took lasts from then."""
+    holding: bool = False
+    """The last write was `running` under this writer's own lease: the next one continues under it, and the
+    store refuses it once the lease is no longer this writer's (engine/keep/store.py, guarantee 11)."""
+    takeover: bool = False
+    """The next write takes the run from a lease owner the caller established is dead (then cleared)."""
+
+    def __post_init__(self) -> None:
+        self.fingerprint = fingerprint(self.graph_structure)
+        register_engine_types(self.serializer)
+
+    # --- writing -------------------------------------------------------------------------------------
+
+    async def save(self, pos: RunPosition, status: str, *, error: str | None = None,
+                   journal: StateJournal | None = None, lease: tuple[Any, Any] | None = None) -> CheckpointMeta:
+        """Write the next version (compare-and-set on the one this run last read or wrote).
+
+        Unchanged parts are not sent again; if the store lost some of them meanwhile (a `prune` that
+        raced this run), the whole version is written again. `journal` says which state fields only grew
+        through an append-owned reducer since the last write (engine/shape/reducers.py): their new items are
+        written without looking at the old ones, except in a version that is not `running` (a pause or an
+        end), where every list is compared in full. (A failure or cancel writes no new content: `mark`.) `lease`
+        (owner, seconds from now; None seconds: no lease) is written instead of this writer's own for a `running`
+        version (an edit of a run whose process died names its owner under a lease that has run out: 0 s)."""
+        try:
+            meta = await self._save(pos, status, error, journal, lease)
+        except MissingBlobs:
+            self._known.clear()
+            self._cache.clear()
+            self._graph_part = None
+            meta = await self._save(pos, status, error, journal, lease)
+        if journal is not None and journal.replaced:
+            journal.written()
+        return meta
+
+    async def _save(self, pos: RunPosition, status: str, error: str | None,
+                    journal: StateJournal | None, lease: tuple[Any, Any] | None = None) -> CheckpointMeta:
+        blobs: list[Blob] = []
+        if self._graph_part is None:  # the same bytes at every step: encode once
+            self._graph_part = self._whole("graph", self.graph_structure, blobs)
+        elif self._graph_part not in self._known:
+            self._whole("graph", self.graph_structure, blobs)
+        parts = {"run": self._whole("run", position_to_plain(pos), blobs), "graph": self._graph_part}
+        state_kind, fields = split_state(pos.state, self.serializer)
+        owned = journal.owned if journal is not None and state_kind != "value" else ()
+        lists = []
+        for name, value in fields.items():
+            key = f"s:{name}"
+            if type(value) is list:
+                mine = name in owned and name not in journal.replaced  # type: ignore[union-attr]
+                parts[key] = self._list(key, value, blobs, owned=mine, verify=status != "running")
+                lists.append(key)
+            else:
+                parts[key] = self._whole(key, value, blobs)
+        return await self._put(pos.step, status, error, {"parts": parts, "lists": lists, "state": state_kind}, blobs,
+                               lease)
+
+    async def mark(self, status: str, *, error: str | None = None) -> CheckpointMeta | None:
+        """Write a new version with the last written content and a new status (when the current
+        position cannot be encoded, a failure must still be recorded). None if nothing was written yet.
+        The parts are reused as they are; only the header is new, bound to the new version."""
+        if self._last is None:
+            return None
+        step, content = self._last
+        return await self._put(step, status, error, content, [])
+
+    async def release(self) -> CheckpointMeta | None:
+        """Write the last written content again, `running` under this writer's name with a lease that has already
+        run out: a process that stops (a shutdown) leaves the run for the next one at once, and the version says a
+        process let it go — no takeover of a dead owner. None if nothing was written yet."""
+        if self._last is None:
+            return None
+        step, content = self._last
+        return await self._put(step, "running", None, content, [], (self.owner, 0.0))
+
+    async def _put(self, step: int, status: str, error: str | None, content: dict[str, Any],
+                   blobs: list[Blob], lease: tuple[Any, Any] | None = None) -> CheckpointMeta:
+        now = time.time()
+        running = status == "running"
+        owner, seconds = lease if lease is not None else (self.owner, self.lease_seconds)
+        expires = now + seconds if seconds is not None else None
+        meta = CheckpointMeta(
+            checkpoint_id=self.checkpoint_id, version=(self.version or 0) + 1, status=status,
+            step=step, fingerprint=self.fingerprint, created_at=self.created_at or self._created(now), updated_at=now,
+            lease_owner=owner if running else None, lease_expires=expires if running else None, error=error,
+            origin=self.origin,
+        )
+        record = {"format": FORMAT, **content, "meta": binding(meta)}
+        if self.trace:
+            record["trace"] = self.trace
+        header = self.serializer.dumps(record, root=f"checkpoint '{self.checkpoint_id}'")
+        self.sent = lease_clock()  # the store stamps the lease no earlier (on its clock): see engine/keep/lease.py
+        stored = await self.store.put(meta, header, content["parts"], blobs, expected_version=self.version,
+                                      holder=self.owner if self.holding else None, takeover=self.takeover,
+                                      fresh=self.created_at is None)
+        if not isinstance(stored, CheckpointMeta) and self.created_at is None:  # a store (or a wrapper of one)
+            found = await self.store.history(self.checkpoint_id, limit=1)      # that returns nothing: read it back
+            stored = found[0] if found and found[0].version == meta.version else None
+        meta = stored if isinstance(stored, CheckpointMeta) else meta  # as the store stamped it (its clock)
+        self.holding = running and lease is None
+        self.takeover = False
+        self.origin = None
+        self.version = meta.version
+        self.created_at = meta.created_at
+        self._known.update(b.hash for b in blobs)
+        self._last = (step, content)
+        return meta
+
+    def _created(self, now: float) -> float:
+        """A new run's `created_at`: after the run it is written over, whatever this host's clock says — the
+        stores refuse a write of a run created before the newest version's (the writer's run was deleted and
+        its ID used again), so a run that replaces another must never look older than it."""
+        if self.replaces is None:
+            return now
+        return max(now, self.replaces + 0.001)
+
+    def _hash(self, parent: str | None, data: bytes) -> str:
+        h = hashlib.blake2b(digest_size=16)
+        if parent:
+            h.update(parent.encode())
+        h.update(data)
+        return h.hexdigest()
+
+    def _whole(self, name: str, value: Any, blobs: list[Blob]) -> str:
+        data = self.serializer.encode_value(value, root=f"{self.checkpoint_id}.{name}")
+        digest = self._hash(None, data)
+        if digest not in self._known:
+            blobs.append(Blob(hash=digest, data=data))
+        self._cache[name] = PartCache(head=digest)
+        return digest
+
+    def _list(self, name: str, items: list[Any], blobs: list[Blob], *, owned: bool = False,
+              verify: bool = False) -> str:
+        """A list part: when the list only grew, write just the new items as a segment on its chain.
+
+        How "only grew" is known, cheapest first (docs/stores.md):
+
+        1. An append-owned field (`append`, `add_messages`) that is still the list object last written
+           and no shorter: the engine appended to it, so the new items are the tail. Not while the run
+           stops (`verify`): then the whole list is compared, so a pause or an end always stores exactly
+           what the state holds.
+        2. Every item written last time immutable, and our own copy of them still equal to the list in
+           front: by `==` at C speed when every item's equality is the codec's (str, bytes, numbers,
+           tuples, frozen pydantic models such as `Message`), by identity otherwise.
+        3. Otherwise one encoding of the whole list (C speed) and a byte-prefix test against the last
+           write: msgpack values are self-delimiting, so "the old items' bytes are a prefix of the new
+           ones" means exactly "the old items are unchanged and items were appended" — an item edited in
+           place changes the bytes and starts a new chain.
+
+        Paths 1 and 2 cost what was appended, whatever the list's length (B2 in docs/performance.md).
+        """
+        cached = self._cache.get(name)
+        if cached is not None and cached.links < MAX_CHAIN and len(items) >= cached.count:
+            if owned and not verify and cached.obj is items:
+                return self._grow(name, cached, items, blobs, self._extended(cached, items), unchecked=True)
+            mine = self._same_in_front(cached, items)
+            if mine is not None:
+                return self._grow(name, cached, items, blobs, mine)
+        return self._list_by_bytes(name, items, cached, blobs, owned=owned)
+
+    @staticmethod
+    def _same_in_front(cached: PartCache, items: list[Any]) -> list[Any] | None:
+        """Our copy of `items` if the items written last time are still its front (path 2), else None."""
+        mine, n = cached.items, cached.count
+        if mine is None:
+            return None
+        new = items[n:]
+        if _settled_all(new) < (2 if cached.by_value else 1):
+            return None
+        mine.extend(new)
+        if mine == items if cached.by_value else all(map(operator.is_, items, mine)):
+            return mine
+        del mine[n:]
+        return None
+
+    @staticmethod
+    def _extended(cached: PartCache, items: list[Any]) -> list[Any] | None:
+        """Path 1: our copy of the items kept up to date when the new ones allow it (else dropped)."""
+        mine, new = cached.items, items[cached.count:]
+        if mine is None or len(mine) != cached.count or _settled_all(new) < (2 if cached.by_value else 1):
+            return None
+        mine.extend(new)
+        return mine
+
+    def _grow(self, name: str, cached: PartCache, items: list[Any], blobs: list[Blob],
+              mine: list[Any] | None, *, unchecked: bool = False) -> str:
+        """Append the items after `cached.count` as a segment of the part's chain (none: the same head).
+        `unchecked`: the items in front were not compared (path 1)."""
+        n = cached.count
+        if len(items) == n:
+            cached.obj, cached.items, cached.unchecked = items, mine, unchecked
+            cached.by_value = cached.by_value and mine is not None
+            return cached.head
+        new = items[n:]
+        new_raw = _array_body(self.serializer.pack(new, root=f"{self.checkpoint_id}.{name}"))
+        digest = self._segment(cached.head, len(new), new_raw, blobs)
+        tail = cached.tail or []
+        tail.append(new_raw)
+        self._cache[name] = PartCache(head=digest, raw=cached.raw, tail=tail, count=len(items),
+                                       links=cached.links + 1, items=mine, unchecked=unchecked,
+                                       by_value=cached.by_value and mine is not None, obj=items)
+        return digest
+
+    def _list_by_bytes(self, name: str, items: list[Any], cached: PartCache | None, blobs: list[Blob], *,
+                       owned: bool = False) -> str:
+        raw = _array_body(self.serializer.pack(items, root=f"{self.checkpoint_id}.{name}"))
+        old = cached.full_raw() if cached is not None else None
+        grew = old is not None and raw.startswith(old)
+        if grew and len(items) == cached.count:  # unchanged
+            digest, links = cached.head, cached.links
+        elif grew and cached.links < MAX_CHAIN:  # only grew: a segment (else restart: a chain stays bounded)
+            digest = self._segment(cached.head, len(items) - cached.count, raw[len(old):], blobs)
+            links = cached.links + 1
+        else:  # a new chain
+            if owned and not grew and cached is not None and cached.unchecked:
+                _warn_changed_in_place(self.checkpoint_id, name[2:])
+            digest, links = self._segment(None, len(items), raw, blobs), 1
+        settled = _settled_all(items)
+        self._cache[name] = PartCache(head=digest, raw=raw, count=len(items), links=links,
+                                       items=list(items) if settled else None, by_value=settled == 2, obj=items)
+        return digest
+
+    def _segment(self, parent: str | None, count: int, raw: bytes, blobs: list[Blob]) -> str:
+        data = self.serializer.encode_value([count, raw])
+        digest = self._hash(parent, data)
+        if digest not in self._known:
+            blobs.append(Blob(hash=digest, data=data, parent=parent))
+        return digest
+
+    def snapshot(self, pos: RunPosition) -> bytes:
+        """The position as one encoded value, kept in memory (a failure in a non-step mode stores it)."""
+        return self.serializer.encode_value({"run": position_to_plain(pos), "state": pos.state},
+                                            root=f"checkpoint '{self.checkpoint_id}'")
+
+    def from_snapshot(self, data: bytes) -> RunPosition:
+        plain = self.serializer.decode_value(data)
+        pos = position_from_plain(plain["run"])
+        pos.state = plain["state"]
+        return pos
+
+    # --- reading -------------------------------------------------------------------------------------
+
+    async def load(self, version: int | None = None) -> Loaded | None:
+        """Read the newest (or a given) version; None if the run does not exist."""
+        record = await self.store.get(self.checkpoint_id, version)
+        if record is None:
+            return None
+        loaded, content = self._decode(record)
+        if version is not None and record.meta.version != version:
+            raise CheckpointCorrupted(f"{version_label(self.checkpoint_id, version)}: the store returned "
+                                      f"version {record.meta.version} instead; {RESTORE}")
+        self.version = record.meta.version if version is None else self.version
+        self.created_at = record.meta.created_at
+        self._known.update(b.hash for chain in record.chains.values() for b in chain)
+        self._last = (record.meta.step, content)
+        return loaded
+
+def _array_body(packed: bytes) -> bytes:
+    """A msgpack array's bytes without its header: the items' encodings, concatenated."""
+    first = packed[0]
+    if 0x90 <= first <= 0x9F:
+        return packed[1:]
+    return packed[3:] if first == 0xDC else packed[5:]
+
+
+_ATOMS = frozenset({str, bytes, int, float, bool, type(None), complex})
+_EQ_BY_CODEC: dict[type, bool] = {}
+
+
+def _settled(value: Any, depth: int = 0) -> int:
+    """How a list item can be proved unchanged: 2 by `==` (it is immutable and its equality is the
+    codec's: built-in atoms, tuples of such, frozen pydantic models with pydantic's own `__eq__`, enums
+    compared by identity), 1 by identity (immutable: frozen dataclasses, frozensets, enums with a value
+    equality), 0 not at all (it can change in place: dicts, lists, mutable objects)."""
+    kind = type(value)
+    if kind in _ATOMS:
+        return 2
+    if depth > 8:
+        return 0
+    if kind is tuple:
+        return min((_settled(v, depth + 1) for v in value), default=2)
+    if kind is frozenset:
+        return min(1, min((_settled(v, depth + 1) for v in value), default=1))
+    config = getattr(kind, "model_config", None)  # a pydantic model declared frozen
+    if isinstance(config, dict) and config.get("frozen") and not getattr(value, "__pydantic_extra__", None):
+        inner = min((_settled(v, depth + 1) for v in value.__dict__.values()), default=2)
+        return min(inner, 2 if _pydantic_eq(kind) else 1)
+    params = getattr(kind, "__dataclass_params__", None)
+    if params is not None and params.frozen and hasattr(value, "__dict__"):
+        return min(1, min((_settled(v, depth + 1) for v in vars(value).values()), default=1))
+    if isinstance(value, enum.Enum):
+        return 2 if kind.__eq__ is object.__eq__ else 1
+    return 0
+
+
+def _settled_all(items: list[Any]) -> int:
+    """`_settled` of a list: the least of its items' (2 for no items), stopping at the first 0."""
+    least = 2
+    for item in items:
+        level = _settled(item)
+        if level < least:
+            if not level:
+                return 0
+            least = level
+    return least
+
+
+def _pydantic_eq(kind: type) -> bool:
+    """Whether `kind` compares with pydantic's own `__eq__` (same class, equal fields), not its own."""
+    known = _EQ_BY_CODEC.get(kind)
+    if known is None:
+        owner = next((c for c in kind.__mro__ if "__eq__" in c.__dict__), object)
+        known = _EQ_BY_CODEC[kind] = owner.__name__ == "BaseModel" and owner.__module__.startswith("pydantic")
+    return known
+
+
+def _warn_changed_in_place(checkpoint_id: str, field_name: str) -> None:
+    warnings.warn(
+        f"run '{checkpoint_id}': state field '{field_name}' has an append reducer, so its versions record only the "
+        "items appended to it, but an item already recorded was changed in place (or the list was reordered): the "
+        "versions written since then hold the old items; this one holds the list as it is now. Change such "
+        "items through the reducer (add_messages replaces an item by ID) or use a reducer of your own",
+        RuntimeWarning, stacklevel=2,
+    )

@@ -1,0 +1,130 @@
+"""Interrupt signals a node raises to pause a run, and what the caller sees when it pauses.
+
+`Interrupt`, `StatefulInterrupt` and `CompositeInterrupt` derive from `BaseException`, not
+`Exception`: a node's own `except Exception:` must not swallow a pause (LangGraph's
+langgraph#8217). The run loop catches them around every task; the caller sees `GraphInterrupted`,
+a normal `WaypointError`, carrying an `InterruptInfo`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..errors import clip
+from .scope import current_task
+
+__all__ = [
+    "Interrupt",
+    "StatefulInterrupt",
+    "CompositeInterrupt",
+    "InterruptCtx",
+    "InterruptInfo",
+    "new_interrupt_id",
+]
+
+
+class Interrupt(BaseException):
+    """Pause the run here; `info` is shown to whoever resumes it."""
+
+    def __init__(self, info: Any = None) -> None:
+        super().__init__(info)
+        self.info = info
+        self.state: Any = None
+        self.has_state = False
+        self.subs: tuple[Interrupt, ...] = ()
+        self.child: Any = None
+        """The position of a run nested here that paused (engine/compose/nested.py sets it); its pauses are the root causes."""
+        scope = current_task()
+        # Where it was raised (a tool call inside a node has a deeper address than the node).
+        self.address: str | None = scope.address if scope is not None else None
+        self.id = _pause_id(scope)
+        self.above = _answered_above(scope)
+
+
+class StatefulInterrupt(Interrupt):
+    """Pause the run and persist `state`; `get_interrupt_state()` hands it back on resume."""
+
+    def __init__(self, info: Any, state: Any) -> None:
+        super().__init__(info)
+        self.state = state
+        self.has_state = True
+
+
+class CompositeInterrupt(Interrupt):
+    """Pause on behalf of several interrupted sub-tasks (`subs`); only the subs are root causes."""
+
+    def __init__(self, info: Any, state: Any, subs: Sequence[Interrupt]) -> None:
+        super().__init__(info)
+        self.state = state
+        self.has_state = True
+        self.subs = tuple(subs)
+
+
+def new_interrupt_id() -> str:
+    """A fresh interrupt ID: 16 hex digits, random, so no other run, turn or pause ever has it."""
+    return os.urandom(8).hex()
+
+
+def legacy_interrupt_id(address: str) -> str:
+    """The ID of a pause stored before IDs were minted per pause (a hash of its address)."""
+    return hashlib.blake2b(address.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def _pause_id(scope: Any) -> str:
+    """The same pause re-shown keeps its ID; anything else is a new pause with a new ID.
+
+    "Re-shown": this address paused last time, runs again in the task that paused, and took no answer
+    (a resume that did not target it, or targeted it without data). A pause at an address that consumed
+    an answer in this pass, or that did not pause last time, is new.
+    """
+    if scope is None or not scope.resumed:
+        return new_interrupt_id()
+    old = scope.resumed.get(scope.address)
+    if old is None or old.answered or (scope.consumed and scope.address in scope.consumed):
+        return new_interrupt_id()
+    request = scope.resume
+    if request is not None and old.id in request.data and request.data[old.id] is not None:
+        return new_interrupt_id()
+    return old.id
+
+
+def _answered_above(scope: Any) -> list[Any]:
+    """The records, with their answers, of points above this one that an answer passed in this pass."""
+    if scope is None or not scope.consumed:
+        return []
+    address = scope.address
+    return [replace(record, answered=True, answer=answer, above=[], subs=[], child=None)
+            for at, (record, answer) in scope.consumed.items() if address.startswith(at + ";")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class InterruptCtx:
+    """One interrupt point: where it is, what it said, and whether it is a root cause."""
+
+    id: str
+    address: str
+    info: Any = None
+    is_root_cause: bool = True
+    parent: InterruptCtx | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class InterruptInfo:
+    """Why a run paused: root-cause `contexts`, and nodes paused by static before/after interrupts."""
+
+    contexts: tuple[InterruptCtx, ...] = ()
+    before_nodes: tuple[str, ...] = ()
+    after_nodes: tuple[str, ...] = field(default=())
+
+    def __str__(self) -> str:
+        # info may come from a stored run: shown clipped, never unbounded
+        parts = [f"{clip(c.address)} (id {c.id}): {clip(repr(c.info))}" for c in self.contexts]
+        if self.before_nodes:
+            parts.append(f"before nodes {list(self.before_nodes)}")
+        if self.after_nodes:
+            parts.append(f"after nodes {list(self.after_nodes)}")
+        return "; ".join(parts) or "no interrupt points"

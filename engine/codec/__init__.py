@@ -23,4 +23,6 @@ def __getattr__(name: str) -> Any:
 
     return getattr(import_module(f".{module}", __name__), name)
 
-__all__ = ["MAX_RECORD_BYTES", "Serializer", "UnknownType", "default_serializer", "register_type"]
+__all__ = [
+    "MAX_RECORD_BYTES", "Serializer", "UnknownType", "default_serializer", "register_type"
+]

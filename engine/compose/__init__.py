@@ -7,4 +7,7 @@ from .graph import END, START, Graph
 from .nested import run_nested
 from .workflow import Workflow, WorkflowNode
 
-__all__ = ["CompiledGraph", "END", "Graph", "RunSnapshot", "START", "Workflow", "WorkflowNode", "read_run", "run_nested", "run_sync"]
+__all__ = [
+    "CompiledGraph", "END", "Graph", "RunSnapshot", "START", "Workflow", "WorkflowNode", "read_run", "run_nested",
+    "run_sync"
+]

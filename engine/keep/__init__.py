@@ -1,5 +1,6 @@
 """Keeping a run: the store contract (`store`), a position as store content (`content`) and its encoding into
-versions (`checkpoint`), a run's life against a store — claim, steps, pause, end (`lifecycle`), its lease and
+versions (`checkpoint`; read back and verified by `reading`), the checks before a run is claimed (`admission`),
+a run's life against a store — claim, steps, pause, end (`lifecycle`), its lease and
 the processes that own runs (`lease`, `owners`), recovery of runs nobody resumes (`recovery`), edits of a
 stored run (`state_update`), and a process stopping (`shutdown`)."""
 
@@ -10,4 +11,7 @@ from .shutdown import Shutdown
 from .state_update import update_state
 from .store import Checkpoint, CheckpointMeta, CheckPointStore
 
-__all__ = ["CheckPointStore", "Checkpoint", "CheckpointMeta", "Checkpointer", "Recovered", "RunOptions", "Shutdown", "fingerprint", "recover", "run_graph", "update_state"]
+__all__ = [
+    "CheckPointStore", "Checkpoint", "CheckpointMeta", "Checkpointer", "Recovered", "RunOptions", "Shutdown",
+    "fingerprint", "recover", "run_graph", "update_state"
+]

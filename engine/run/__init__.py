@@ -49,4 +49,12 @@ from .task import (
     task_ledger,
 )
 
-__all__ = ["CompositeInterrupt", "Interrupt", "InterruptCtx", "InterruptInfo", "InterruptRecord", "Pending", "ResumeRequest", "Run", "RunInterrupted", "RunPosition", "StatefulInterrupt", "TaskLedger", "address_segment", "answered_ids", "answers_below", "awaits_answer", "check_lease", "collecting_attempts", "current_checkpoint_id", "current_task", "current_version", "emit_chunk", "enclosing_state", "escape_part", "get_interrupt_id", "get_interrupt_info", "get_interrupt_state", "get_resume_context", "idempotency_key", "in_daemon_thread", "interrupt_info", "ledger_epoch", "legacy_interrupt_id", "pause_again", "pending_interrupt_ids", "pending_of", "register_merge", "reissue_ids", "retire_failed_answers", "segment_of", "standing_answers", "task_ledger"]
+__all__ = [
+    "CompositeInterrupt", "Interrupt", "InterruptCtx", "InterruptInfo", "InterruptRecord", "Pending", "ResumeRequest",
+    "Run", "RunInterrupted", "RunPosition", "StatefulInterrupt", "TaskLedger", "address_segment", "answered_ids",
+    "answers_below", "awaits_answer", "check_lease", "collecting_attempts", "current_checkpoint_id", "current_task",
+    "current_version", "emit_chunk", "enclosing_state", "escape_part", "get_interrupt_id", "get_interrupt_info",
+    "get_interrupt_state", "get_resume_context", "idempotency_key", "in_daemon_thread", "interrupt_info",
+    "ledger_epoch", "legacy_interrupt_id", "pause_again", "pending_interrupt_ids", "pending_of", "register_merge",
+    "reissue_ids", "retire_failed_answers", "segment_of", "standing_answers", "task_ledger"
+]

@@ -82,6 +82,9 @@ def __getattr__(name: str):
         from importlib import import_module
 
         return getattr(import_module(f".{module}", __name__), name)
+    moved = _moved.old_path(__name__, name)  # `waypoint.engine.graph` and the like, as attributes (deprecated)
+    if moved is not None:
+        return moved
     raise AttributeError(f"module 'waypoint.engine' has no attribute {name!r}")
 
 

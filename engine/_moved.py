@@ -8,14 +8,12 @@ objects. Installed on the import system by `waypoint/engine/__init__.py`; the ol
 from __future__ import annotations
 
 import importlib
-import importlib.abc
-import importlib.util
+import importlib.machinery
 import sys
 import warnings
 from types import ModuleType
 
 MOVED = {
-    "waypoint.engine.serde": "waypoint.engine.codec.serde",
     "waypoint.engine.jsonable": "waypoint.engine.codec.jsonable",
     "waypoint.engine.loading": "waypoint.engine.codec.loading",
     "waypoint.engine.base": "waypoint.engine.shape.spec",
@@ -54,31 +52,43 @@ MOVED = {
 }
 
 
-class _Moved(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds an old path in `MOVED` and loads it as the module at its new path."""
+ALIASES = {"waypoint.engine.serde": "waypoint.engine.codec.serde"}
+"""Old paths that stay, without a warning: DESIGN.md names `waypoint.engine.serde` as the codec's public path."""
+
+
+class _Moved:
+    """Finds an old path in `MOVED` (or `ALIASES`) and loads it as the module at its new path: the very module,
+    which keeps its own name and spec (a reload, and the relative imports inside its functions, still work)."""
 
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in MOVED:
+        if fullname not in MOVED and fullname not in ALIASES:
             return None
-        return importlib.util.spec_from_loader(fullname, self)
+        return importlib.machinery.ModuleSpec(fullname, self)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        new = MOVED[spec.name]
-        warnings.warn(f"{spec.name} moved to {new}; import it from there (the old path goes in Waypoint 0.3)",
-                      DeprecationWarning, stacklevel=_caller_level())
-        return importlib.import_module(new)
+        new = MOVED.get(spec.name)
+        if new is not None:
+            # stacklevel 2 is the importing line: the warnings module skips the import system's own frames
+            warnings.warn(f"{spec.name} moved to {new}; import it from there (the old path goes in Waypoint 0.3)",
+                          DeprecationWarning, stacklevel=2)
+        module = importlib.import_module(new or ALIASES[spec.name])
+        spec.loader_state = module.__spec__  # the import system sets the old spec on it next; exec_module undoes that
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """The module is the new path's, already executed."""
+        """The module is the new path's, already executed: it gets its own spec back."""
+        real = getattr(module.__spec__, "loader_state", None)
+        if isinstance(real, importlib.machinery.ModuleSpec):
+            module.__spec__ = real
 
 
-def _caller_level() -> int:
-    """The stack level of the first frame outside the import system (so the warning names the importing line)."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and (frame.f_code.co_filename.startswith("<frozen importlib")
-                                 or frame.f_code.co_filename == __file__):
-        frame, level = frame.f_back, level + 1
-    return level
+def old_path(package: str, name: str) -> ModuleType | None:
+    """`package.name` when it is an old path of a module that moved (importing it warns), else None: a package's
+    `__getattr__` gives `waypoint.engine.graph` as the attribute it was before."""
+    full = f"{package}.{name}"
+    if full in MOVED or full in ALIASES:
+        return importlib.import_module(full)
+    return None
 
 
 def install() -> None:

@@ -18,6 +18,7 @@ import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from ._chunks import split_message
 from .base import ToolChoice
@@ -150,3 +151,14 @@ class OfflineModel:
             if i and self.word_delay:
                 await asyncio.sleep(self.word_delay)
             yield chunk
+
+
+def __getattr__(name: str) -> Any:
+    if name == "model_from_env":  # it lived here before 0.2: the old import still works, for one release
+        import warnings
+        from importlib import import_module
+
+        warnings.warn("waypoint.engine.models.offline.model_from_env moved to waypoint.adapters.env (or import it "
+                      "from waypoint.engine.models); the old path goes in Waypoint 0.3", DeprecationWarning, stacklevel=2)
+        return import_module("waypoint.adapters.env").model_from_env
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,15 +5,16 @@ the run loop above reads them."""
 
 from .field_mapping import FieldMapping, FlowPlan, assemble, from_field, map_fields, path_of, show_path, to_field
 from .graph_shape import CBranch, CNode, GraphShape
-from .nodes import Component, Lambda
-from .reducers import StateJournal, Update, add_messages, append, apply_writes
+from .nodes import Component, Lambda, NodeRunnable, as_runnable
+from .reducers import Reducers, StateJournal, Update, add_messages, append, apply_writes, reducers_of
 from .retry import RetryPolicy
 from .spec import END, KEY_RE, START, Branch, Durability, NodeSpec, Trigger
 from .streams import Chunks, register_concat, registered_for, to_chunks, to_value
 
 __all__ = [
     "Branch", "CBranch", "CNode", "Chunks", "Component", "Durability", "END", "FieldMapping", "FlowPlan",
-    "GraphShape", "KEY_RE", "Lambda", "NodeSpec", "RetryPolicy", "START", "StateJournal", "Trigger", "Update",
-    "add_messages", "append", "apply_writes", "assemble", "from_field", "map_fields", "path_of", "register_concat",
-    "registered_for", "show_path", "to_chunks", "to_field", "to_value"
+    "GraphShape", "KEY_RE", "Lambda", "NodeRunnable", "NodeSpec", "Reducers", "RetryPolicy", "START", "StateJournal",
+    "Trigger", "Update", "add_messages", "append", "apply_writes", "as_runnable", "assemble", "from_field",
+    "map_fields", "path_of", "reducers_of", "register_concat", "registered_for", "show_path", "to_chunks", "to_field",
+    "to_value"
 ]

@@ -763,8 +763,9 @@ async def test_hand_backs_are_not_counted_toward_giving_work_up(qstore):
 
 async def test_a_worker_with_another_version_of_the_graph_leaves_the_run_to_one_that_serves_it(qstore):
     """A rolling deploy: a run paused under version 1 of graph "ask" is resumed through the queue while only a
-    worker with version 2 (one node more) is up. It does not record an error nor run anything: it hands the work
-    back and leaves the run alone; once a version-1 worker is up, that one completes it."""
+    worker with version 2 is up, which cannot continue it (the node it is paused at is renamed: docs/resume.md,
+    "Deploys"; a version that only added nodes would). It does not record an error nor run anything: it hands the
+    work back and leaves the run alone; once a version-1 worker is up, that one completes it."""
     calls: Counter = Counter()
     v1 = approval_graph(qstore, calls)
     queue = RunQueue(qstore)
@@ -774,9 +775,9 @@ async def test_a_worker_with_another_version_of_the_graph_leaves_the_run_to_one_
     paused = await queue.wait("run-r", timeout=20)
     await stopped(first, task)
     v2 = Graph(name="ask")
-    for key in ("prepare", "ask", "check", "finish"):
+    for key in ("prepare", "ask_v2", "check", "finish"):
         v2.add_node(key, lambda x: x)
-    for a, b in ((START, "prepare"), ("prepare", "ask"), ("ask", "check"), ("check", "finish"), ("finish", END)):
+    for a, b in ((START, "prepare"), ("prepare", "ask_v2"), ("ask_v2", "check"), ("check", "finish"), ("finish", END)):
         v2.add_edge(a, b)
     newer = Worker(qstore, [v2.compile(store=qstore)], poll=0.05, recover=False)
     task = await running(newer)

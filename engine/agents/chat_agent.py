@@ -130,6 +130,8 @@ class ChatModelAgent:
         async def tools(message: Message, state: AgentState) -> Message:
             return await self._tools(message, state, streaming)
 
+        tools.resume_problem = self.tools_node.resume_problem  # type: ignore[attr-defined]  # a deploy's check
+
         g = Graph(name=self.name, state=AgentState)
         g.add_node("prompt", self._prompt)
         g.add_node("model", model)

@@ -29,7 +29,7 @@ from ..run import (
 )
 from ..shape import END, START, GraphShape
 from .checkpoint import Checkpointer, Loaded
-from .content import describe_difference
+from .content import deploy_conflicts, describe_difference
 from .owners import OwnerState, describe_owner, owner_state
 from .store import store_clock
 
@@ -210,14 +210,24 @@ class Admission:
         return f"{where}; {how}, or pass force_new_run=True to start over on this ID"
 
     def _check_graph(self, loaded: Loaded) -> None:
-        if loaded.meta.fingerprint == self.cp.fingerprint:
-            return
-        change = describe_difference(loaded.structure, self.graph.structure)
-        if self.opts.migrate is None:
-            raise GraphMismatch(
-                f"run '{self.source}' was written by a different graph: {change}; resume it with the graph "
-                "that wrote it, pass migrate= to adapt it, or start a new run (force_new_run=True)"
-            )
+        """The graph resuming the run may continue it: the one that wrote it, or a later version whose changes
+        cannot change what the run already did (docs/resume.md, "Deploys"); every pending call's tool still
+        there. Otherwise `GraphMismatch` naming the run, what changed and how to move it; nothing is written."""
+        if loaded.meta.fingerprint != self.cp.fingerprint:
+            change = describe_difference(loaded.structure, self.graph.structure)
+            if self.opts.migrate is None:
+                conflicts = deploy_conflicts(loaded.structure, self.graph.structure, loaded.position)
+                if conflicts:
+                    raise GraphMismatch(
+                        f"run '{self.source}' cannot be continued by this version of graph '{self.graph.name}': "
+                        f"{'; '.join(conflicts)} (what changed: {change}); resume it with the version that wrote "
+                        "it, pass migrate= to move its position to this graph's nodes, or start a new run "
+                        "(force_new_run=True)")
+            else:
+                self._migrate(loaded, change)
+        self._check_pending_calls(loaded.position)
+
+    def _migrate(self, loaded: Loaded, change: str) -> None:
         migrated = self.opts.migrate(loaded.position, loaded.structure)
         if migrated is not None:
             loaded.position = migrated
@@ -228,6 +238,28 @@ class Admission:
                 f"run '{self.source}': after migrate=, the position still names node(s) {unknown} that the "
                 f"graph does not have ({change})"
             )
+
+    def _check_pending_calls(self, pos: Any) -> None:
+        """Each pause of the run is asked of the node it sits in (a tools node: is the call's tool still there?)."""
+        prefix = f"runnable:{self.graph.name};node:"
+        problems: list[str] = []
+        records = list(pos.interrupts.values())
+        while records:
+            record = records.pop()
+            records.extend(record.subs)
+            if not record.address.startswith(prefix):
+                continue
+            key, _, below = record.address[len(prefix):].partition(";")
+            runnable = getattr(self.graph.nodes.get(key), "runnable", None)
+            ask = getattr(getattr(runnable, "source", None), "resume_problem", None)
+            problem = ask(below) if ask is not None and below else None
+            if problem is not None and f"node '{key}': {problem}" not in problems:
+                problems.append(f"node '{key}': {problem}")
+        if problems:
+            raise GraphMismatch(
+                f"run '{self.source}' cannot be resumed by this version of graph '{self.graph.name}': "
+                f"{'; '.join(sorted(problems))}; resume it with a version that has it, or start a new run "
+                "(force_new_run=True)")
 
     def _check_resume(self, loaded: Loaded, request: ResumeRequest | None, standing: ResumeRequest | None) -> None:
         pos, address = loaded.position, f"runnable:{self.graph.name}"

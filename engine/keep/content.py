@@ -184,3 +184,36 @@ def _difference(old: dict[str, Any], new: dict[str, Any], where: str = "") -> st
     if old.get("flow") != new.get("flow"):
         changes.append("the workflow's inputs (field mappings, data or control dependencies) changed")
     return prefix + ("; ".join(changes) or "the structure differs")
+
+
+def deploy_conflicts(old: dict[str, Any], new: dict[str, Any], pos: Any, where: str = "") -> list[str]:
+    """What in a graph's new structure `new` could change what a run at `pos`, written under `old`, already did —
+    an empty list when the new version may continue it (docs/resume.md, "Deploys"). The run's nodes are compared:
+    each node its position names (pending, inbox, paused) must still be there, of the same kind (a subgraph a
+    paused nested run sits in is compared the same way, below). Added nodes, edges and branches, and nodes and
+    routes the run is not at, change only what it does next. A DAG graph (`trigger="all"`) and a workflow decide
+    when a node is ready from every edge into it, so theirs must be unchanged. `old` is read from a store: a
+    structure of an unexpected shape is a conflict, never an error."""
+    prefix = f"in subgraph '{where}': " if where else ""
+    try:
+        if old.get("name") != new.get("name"):
+            return [f"{prefix}the graph is named {new.get('name')!r}, not {old.get('name')!r}"]
+        if old.get("trigger") != new.get("trigger"):
+            return [f"{prefix}its trigger is {new.get('trigger')!r}, not {old.get('trigger')!r}"]
+        if new.get("trigger") == "all" or "flow" in new or "flow" in old:
+            return [] if old == new else [prefix + _difference(old, new)]
+        old_nodes, new_nodes = old["nodes"], new["nodes"]
+        conflicts = []
+        at = {*pos.pending, *pos.inbox, *pos.interrupts} - {"__start__", "__end__"}
+        for key in sorted(at):
+            if key not in new_nodes:
+                conflicts.append(f"{prefix}node '{key}', where the run is, is gone")
+            elif isinstance(old_nodes.get(key), dict) != isinstance(new_nodes[key], dict):
+                conflicts.append(f"{prefix}node '{key}', where the run is, changed kind (a subgraph or not)")
+            elif isinstance(new_nodes[key], dict) and key in pos.interrupts and pos.interrupts[key].child is not None:
+                sub = f"{where}/{key}".strip("/")
+                conflicts += deploy_conflicts(old_nodes[key], new_nodes[key], pos.interrupts[key].child, sub)
+        return conflicts
+    except (AttributeError, KeyError, TypeError):
+        return [f"{prefix}the stored graph structure is unreadable"]
+

@@ -34,6 +34,7 @@ from .resume import (
     retire_failed_answers,
     segment_of,
     standing_answers,
+    unescape_part,
 )
 from .scope import current_task
 from .task import (
@@ -56,5 +57,5 @@ __all__ = [
     "current_version", "emit_chunk", "enclosing_state", "escape_part", "get_interrupt_id", "get_interrupt_info",
     "get_interrupt_state", "get_resume_context", "idempotency_key", "in_daemon_thread", "interrupt_info",
     "ledger_epoch", "legacy_interrupt_id", "pause_again", "pending_interrupt_ids", "pending_of", "register_merge",
-    "reissue_ids", "retire_failed_answers", "segment_of", "standing_answers", "task_ledger"
+    "reissue_ids", "retire_failed_answers", "segment_of", "standing_answers", "task_ledger", "unescape_part"
 ]

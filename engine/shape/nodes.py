@@ -89,10 +89,13 @@ async def _gather(stream: AsyncIterator[Any]) -> list[Any]:
 class NodeRunnable:
     """The four paradigms of one node, with the missing ones derived from the given ones."""
 
-    __slots__ = ("_invoke", "_stream", "_collect", "_transform", "streams", "where", "plain_sync")
+    __slots__ = ("_invoke", "_stream", "_collect", "_transform", "streams", "where", "plain_sync", "source")
 
-    def __init__(self, where: str, *, invoke=None, stream=None, collect=None, transform=None) -> None:
+    def __init__(self, where: str, *, invoke=None, stream=None, collect=None, transform=None, source=None) -> None:
         self.where = where
+        self.source = source
+        """The object the node was given (a function, a `Lambda`, a component): what it may say about itself, such
+        as `resume_problem` (engine/keep/admission.py)."""
         self._invoke = _Fn(invoke) if invoke else None
         self._stream = _Fn(stream) if stream else None
         self._collect = _Fn(collect) if collect else None
@@ -140,18 +143,20 @@ class NodeRunnable:
 def as_runnable(where: str, obj: Any) -> NodeRunnable:
     """Adapt a user object (function, async function, async generator, Lambda, Component)."""
     if isinstance(obj, Lambda):
-        return NodeRunnable(where, invoke=obj.invoke, stream=obj.stream, collect=obj.collect, transform=obj.transform)
+        return NodeRunnable(where, invoke=obj.invoke, stream=obj.stream, collect=obj.collect, transform=obj.transform,
+                            source=obj)
     if inspect.isasyncgenfunction(obj):
-        return NodeRunnable(where, stream=obj)
+        return NodeRunnable(where, stream=obj, source=obj)
     if inspect.isfunction(obj) or inspect.ismethod(obj) or inspect.isbuiltin(obj):
-        return NodeRunnable(where, invoke=obj)
+        return NodeRunnable(where, invoke=obj, source=obj)
     if hasattr(obj, "ainvoke") or hasattr(obj, "astream"):
-        return NodeRunnable(where, invoke=getattr(obj, "ainvoke", None), stream=getattr(obj, "astream", None))
+        return NodeRunnable(where, invoke=getattr(obj, "ainvoke", None), stream=getattr(obj, "astream", None),
+                            source=obj)
     if callable(obj):
         call = type(obj).__call__
         if inspect.isasyncgenfunction(call):
-            return NodeRunnable(where, stream=obj)
-        return NodeRunnable(where, invoke=obj)
+            return NodeRunnable(where, stream=obj, source=obj)
+        return NodeRunnable(where, invoke=obj, source=obj)
     raise TypeError(
         f"node '{where}': {type(obj).__name__} is not a node; use a function, an async function, "
         "an async generator, a Lambda, a Graph, or an object with ainvoke()/astream()"

@@ -44,6 +44,7 @@ from ..run import (
     ledger_epoch,
     pause_again,
     task_ledger,
+    unescape_part,
 )
 from .tool import BreakLoop, HandOff, RetryAgentRun, StopAgentRun, Tool, ToolArgumentError, ToolContext, _text, as_tool
 from .verbs import Decision, Respond, Restart
@@ -159,6 +160,20 @@ class ToolsNode:
             check = getattr(mw, "check_tools", None)
             if check is not None:
                 check(list(self.tools), where)
+
+    def resume_problem(self, below: str) -> str | None:
+        """Why a pause at `below` (the address under this node, `tool:<name>:<call id>:<slot>...`) cannot be
+        continued here, or None: its call's tool is not one of these (a deploy removed it) and no
+        `unknown_tool_handler` would answer it. Read before a resume claims the run (engine/keep/admission.py)."""
+        kind, _, rest = below.split(";", 1)[0].partition(":")
+        if kind != "tool" or not rest or self.unknown_tool_handler is not None:
+            return None
+        parts = [unescape_part(p) for p in rest.split(":")]
+        if parts[0] in self.tools:
+            return None
+        call = f" {parts[1]!r}" if len(parts) > 1 else ""
+        return (f"its pending call{call} is to tool {parts[0]!r}, which this version does not have "
+                f"(its tools: {', '.join(map(repr, self.tools)) or 'none'})")
 
     @property
     def infos(self) -> list[ToolInfo]:

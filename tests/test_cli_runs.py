@@ -134,6 +134,7 @@ def test_show_json_is_structured(db):
     code, out, _ = runs("show", "approve-me", "--json", db=db)
     shown = json.loads(out)
     assert code == 0 and shown["kind"] == "agent" and shown["status"] == "interrupted"
+    assert len(shown["fingerprint"]) >= 12  # the version of the graph that wrote it (docs/resume.md, "Deploys")
     assert [m["role"] for m in shown["messages"]] == ["system", "user", "assistant"]
     assert shown["messages"][2]["tool_calls"] == [{"id": "call_1", "name": "execute",
                                                    "arguments": {"command": "echo hello"}}]

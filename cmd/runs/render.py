@@ -110,6 +110,7 @@ def meta_json(meta: CheckpointMeta, now: float, *, newest: bool = True) -> dict[
         "checkpoint_id": meta.checkpoint_id, "version": meta.version, "status": meta.status, "step": meta.step,
         "created_at": iso(meta.created_at), "updated_at": iso(meta.updated_at), "error": meta.error,
         "origin": meta.origin, "lease_owner": meta.lease_owner, "lease_expires": iso(meta.lease_expires),
+        "fingerprint": meta.fingerprint,
     }
     if newest:
         out["lease_expired"] = None if meta.status != "running" else not lease_alive(meta, now)
@@ -152,6 +153,7 @@ def show_run(run: StoredRun, console: Console, *, hint: str) -> None:
               ("status", meta.status),
               ("version", f"{meta.version} of {run.newest}" + ("" if meta.version == run.newest else " (an older one)")),
               ("step", str(meta.step)),
+              ("shape", meta.fingerprint and f"{meta.fingerprint[:12]} (the version of the graph that wrote it)"),
               ("created", clock(meta.created_at)),
               ("updated", clock(meta.updated_at)),
               ("root", root_text(run)),

@@ -114,7 +114,6 @@ class _Thread:
         self.pool = pool
         self.job: _Job | None = None
         self.ending = False
-        self.pid = os.getpid()
         self._wake_r, self._wake_w = os.pipe()
         try:
             threading.Thread(target=self._main, name="waypoint-sync", daemon=True).start()
@@ -134,9 +133,8 @@ class _Thread:
                 job, self.job = self.job, None
                 while job is not None:
                     job.taken = True
-                    job.run()
-                    if os.getpid() != self.pid:  # the job forked and this is the child: end here, as a thread of
-                        return  # its own would (the pipe and the pool are the parent's)
+                    if not job.run():  # the job forked and this is the child: end here, as a thread of its own
+                        return  # would (the pipe and the pool are the parent's)
                     job = self.pool.next_job(self)
                 if self.ending:
                     return
@@ -156,17 +154,19 @@ class _Job:
         self.context = contextvars.copy_context()  # the node still sees its task (resume context, tools)
         self.taken = False
 
-    def run(self) -> None:
+    def run(self) -> bool:
+        """Call it and hand its outcome on; False in the child of a fork the call made (nobody there waits)."""
         if self.future.done() or self.loop.is_closed():  # its caller stopped waiting (cancelled, or its run over)
-            return  # before it started: it never starts
+            return True  # before it started: it never starts
         pid = os.getpid()
         try:
             result, ok = self.context.run(self.fn, *self.args), True
         except BaseException as err:  # noqa: BLE001 - handed to the awaiting task
             result, ok = err, False
-        if os.getpid() != pid:  # it forked: the child has no caller to hand this to
-            return
+        if os.getpid() != pid:
+            return False
         self._hand(ok, result)
+        return True
 
     def fail(self, err: BaseException) -> None:
         self._hand(False, err)

@@ -21,6 +21,7 @@ from .errors import (
     MaxStepsExceeded,
     ModelError,
     NodeError,
+    PauseExpired,
     ProcessStopping,
     SerializationError,
     StoreUnavailable,
@@ -31,6 +32,7 @@ from .events import Event
 from .keep import Checkpoint, CheckpointMeta, CheckPointStore, Recovered, Shutdown, recover
 from .run import (
     CompositeInterrupt,
+    Expired,
     Interrupt,
     InterruptCtx,
     InterruptInfo,
@@ -44,6 +46,8 @@ from .run import (
     pause_again,
     register_merge,
     segment_of,
+    Sleeping,
+    sleep_until,
 )
 from .shape import (
     Component,
@@ -163,6 +167,9 @@ __all__ = [
     "Interrupt",
     "StatefulInterrupt",
     "CompositeInterrupt",
+    "Expired",
+    "sleep_until",
+    "Sleeping",
     "InterruptCtx",
     "InterruptInfo",
     "Pending",
@@ -182,6 +189,7 @@ __all__ = [
     "CheckpointNotFound",
     "CheckpointCorrupted",
     "UnknownInterrupt",
+    "PauseExpired",
     "StoreUnavailable",
     "SerializationError",
     "ModelError",

@@ -45,6 +45,7 @@ __all__ = [
     "CheckpointNotFound",
     "CheckpointCorrupted",
     "UnknownInterrupt",
+    "PauseExpired",
     "StoreUnavailable",
     "SerializationError",
     "ModelError",
@@ -154,6 +155,11 @@ class CheckpointCorrupted(CheckpointError):
 
 class UnknownInterrupt(CheckpointError):
     """`resume=` named an interrupt ID that is not pending; the message lists the pending ones."""
+
+
+class PauseExpired(UnknownInterrupt):
+    """`resume=` answered a pause whose deadline has passed (on the store's clock): it takes only the answer its
+    deadline gives (recovery gives it), or answered one with `Expired` before it was due. Nothing was written."""
 
 
 class StoreUnavailable(CheckpointError):

@@ -19,13 +19,16 @@ import difflib
 import fnmatch
 import hashlib
 import inspect
+import math
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from datetime import timedelta
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
 
 from waypoint.engine import (
     AgentMiddleware,
+    Expired,
     GraphBuildError,
     Restart,
     StatefulInterrupt,
@@ -104,14 +107,21 @@ class ApprovalMiddleware(AgentMiddleware):
     call without approval (say, only commands that delete). A condition on the arguments cannot be checked
     at build; which tools it may guard can, so it always comes with `tools`.
 
+    `expires_after` (seconds or a `timedelta`), if given, is how long each approval waits: past it (on the store's
+    clock) whoever recovers runs (`waypoint serve`, `waypoint worker`, `recover(...)`) answers it as `on_expiry`
+    says — "reject", the only choice: the model reads that the approval expired, the tool never runs, and the
+    `Decision` says "expired" (no person decided). An answer that comes later is refused (`PauseExpired`).
+
     Fails closed: no tools selected (the argument missing, an empty set) is a `GraphBuildError` at once; a name,
     pattern or predicate that selects no tool of the agent is a `GraphBuildError` when the agent (or `ToolsNode`)
     is built, naming the tools it has and the nearest names. A guard never silently guards nothing.
     """
 
     def __init__(self, tools: Iterable[str] | str | Callable[[str], bool] | None = None, *,
-                 when: Callable[[str, str], bool] | None = None) -> None:
+                 when: Callable[[str, str], bool] | None = None, expires_after: float | timedelta | None = None,
+                 on_expiry: str = "reject") -> None:
         self._when = when
+        self._expires = _expiry(expires_after, on_expiry)
         if when is not None and not callable(when):
             raise GraphBuildError(f"ApprovalMiddleware(when={when!r}): `when` is a function "
                                   "(name, arguments_json) -> bool, asked at each call of a guarded tool")
@@ -170,7 +180,7 @@ class ApprovalMiddleware(AgentMiddleware):
         async def approved_first(arguments_json: str) -> str:
             if not self.guards(ctx.name, arguments_json):
                 return await endpoint(arguments_json)
-            run, value = _decide(arguments_json, ctx)
+            run, value = _decide(arguments_json, ctx, self._expires)
             if not run:
                 return value
             with address_segment(APPROVED):  # the approval's answer stays here; what runs below asks anew
@@ -185,7 +195,7 @@ class ApprovalMiddleware(AgentMiddleware):
                     async for chunk in endpoint(arguments_json):
                         yield chunk
                     return
-                run, value = _decide(arguments_json, ctx)
+                run, value = _decide(arguments_json, ctx, self._expires)
                 if not run:
                     yield value
                     return
@@ -222,17 +232,35 @@ def _nearest(name: str, tools: Sequence[str]) -> str:
     return f" — did you mean {', '.join(map(repr, near))}{hint}?"
 
 
-def _decide(arguments_json: str, ctx: ToolContext) -> tuple[bool, str]:
+def _expiry(expires_after: Any, on_expiry: Any) -> float | None:
+    """Seconds an approval waits (None: for ever), checked when the middleware is made."""
+    if on_expiry != "reject":
+        raise GraphBuildError(f"ApprovalMiddleware(on_expiry={on_expiry!r}): an approval nobody gave is a "
+                              "rejection, on_expiry='reject' (a call is never run because nobody answered)")
+    if expires_after is None:
+        return None
+    seconds = expires_after.total_seconds() if isinstance(expires_after, timedelta) else expires_after
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds <= 0:
+        raise GraphBuildError(f"ApprovalMiddleware(expires_after={expires_after!r}): give how long an approval waits, "
+                              "seconds (> 0) or a timedelta")
+    return float(seconds)
+
+
+def _decide(arguments_json: str, ctx: ToolContext, expires: float | None = None) -> tuple[bool, str]:
     """(True, arguments to run with) or (False, the answer for the model); or pauses; or refuses."""
     was, _, state = get_interrupt_state()
     if not was:
         info = ApprovalInfo(tool_name=ctx.name, arguments_json=arguments_json, digest=digest(arguments_json))
-        raise StatefulInterrupt(info, {"arguments": arguments_json, "digest": info.digest})
+        raise StatefulInterrupt(info, {"arguments": arguments_json, "digest": info.digest}, deadline=expires)
     shown = get_interrupt_info()
     is_target, has_data, data = get_resume_context()
-    if not is_target or not has_data:  # no answer for this call: ask again, same question, same ID
+    if not is_target or not has_data:  # no answer for this call: ask again, same question, same ID (and deadline)
         raise StatefulInterrupt(shown, state)
     where = _interrupt_name(ctx)
+    if isinstance(data, Expired):  # nobody answered by the deadline: a rejection nobody made
+        if not answered_earlier():
+            ctx.decide("expired", f"no answer by {data.when}")
+        return False, f"tool '{ctx.name}' disapproved: the approval expired at {data.when} without an answer"
     if isinstance(data, Restart):
         answer = ApprovalResult(approved=True)
     else:

@@ -36,7 +36,7 @@ from ._schemas import (
     StartRun,
 )
 from ._state import ServiceState
-from ._views import meta_view
+from ._views import meta_view, time_left
 
 __all__ = ["build_api_router", "EventStream"]
 
@@ -297,6 +297,7 @@ class _Api:
         out, unreadable = [], []
         metas = [*await self.store.list(status="interrupted", limit=limit),
                  *await self.store.list(status="failed", limit=limit)]
+        now = await store_clock(self.store)  # a deadline is judged on the store's clock, as recovery judges it
         for meta in metas:
             target = self.state.target_of(meta)
             try:
@@ -307,7 +308,7 @@ class _Api:
             for item in pending:
                 if item["kind"] != "pause":
                     out.append({"checkpoint_id": meta.checkpoint_id, "graph": target.name if target else None,
-                                "run_status": meta.status, "run_error": meta.error, **item})
+                                "run_status": meta.status, "run_error": meta.error, **time_left(item, now)})
         out.sort(key=lambda p: p["paused_at"] or 0, reverse=True)
         return {"approvals": out[:limit], "unreadable": unreadable}
 

@@ -2,8 +2,9 @@
 here, with nobody calling resume (`waypoint.engine.recover`, engine/keep/recovery.py, says which and how).
 
 The service starts it with its lifespan and stops it before cancelling its executions. Each run it
-continues is one of the service's own executions (a resume with no answers, claimed by compare-and-set on
-the version recovery judged), so its events reach the run's event stream and the page like any other.
+continues is one of the service's own executions (a resume with no answers — or, for a pause whose deadline
+passed, the answers its deadline gives — claimed by compare-and-set on the version recovery judged), so its
+events reach the run's event stream and the page like any other.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ def start_recovery(state: ServiceState, *, max_attempts: int = MAX_ATTEMPTS, eve
     """Recover the served runs now and keep recovering them until `stop_recovery`."""
     by_app = {id(t.app): t for t in state.targets.values()}
 
-    async def execute(app: Any, meta: Any) -> str:
-        ex = state.executor.launch(by_app[id(app)], meta.checkpoint_id, "resume", expected_version=meta.version,
-                                   created_at=meta.created_at)
+    async def execute(app: Any, meta: Any, *, resume: Any = None) -> str:
+        ex = state.executor.launch(by_app[id(app)], meta.checkpoint_id, "resume", resume=resume,
+                                   expected_version=meta.version, created_at=meta.created_at)
         outcome = await asyncio.shield(ex.claimed)  # shielded: cancelling recovery never touches the execution
         if outcome.version is None:
             raise outcome.error or RuntimeError("the execution ended before it claimed the run")

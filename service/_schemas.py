@@ -163,7 +163,7 @@ class PendingView(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     id: str
-    kind: Literal["approval", "pause", "interrupt"]
+    kind: Literal["approval", "pause", "sleep", "interrupt"]
     address: str
     run_path: list[str] = Field(default_factory=list, description="the agents (or graphs) it was raised in, "
                                 "outermost first: [\"supervisor\", \"researcher\"] for a call of an agent used as a tool")
@@ -177,6 +177,10 @@ class PendingView(BaseModel):
                                        "doubles rounds big integers)")
     digest: str | None = None
     info: Any = None
+    deadline: float | None = Field(None, description="when the pause stops waiting (Unix seconds, the store's "
+                                   "clock): an approval is then rejected as expired, a sleep wakes")
+    expires_in: float | None = Field(None, description="seconds left until `deadline` when this was read (0: due, "
+                                     "being expired)")
 
 
 class RunView(VersionRow):

@@ -13,7 +13,8 @@ from waypoint.engine import CheckpointMeta, InterruptCtx, RunSnapshot
 from waypoint.engine.codec.jsonable import jsonable, message_json, output_json, tool_arguments
 from waypoint.engine.run.resume import unescape_part
 
-__all__ = ["plain", "lease_alive", "meta_view", "run_view", "pending_view", "message_view", "run_path_of"]
+__all__ = ["plain", "lease_alive", "meta_view", "run_view", "pending_view", "message_view", "run_path_of",
+           "time_left"]
 
 
 def plain(value: Any) -> Any:
@@ -57,13 +58,16 @@ def message_view(message: Any) -> dict[str, Any]:
 
 def pending_view(ctx: InterruptCtx, version: int | None, paused_at: float | None) -> dict[str, Any]:
     """One interrupt the run waits on: `kind` "approval" (ApprovalMiddleware), "pause" (a static
-    interrupt_before / interrupt_after) or "interrupt"; `paused_at` is when the pause was written; `run_path`
-    the agents it was raised in, outermost first."""
+    interrupt_before / interrupt_after), "sleep" (`sleep_until`) or "interrupt"; `paused_at` is when the pause
+    was written; `run_path` the agents it was raised in, outermost first; `deadline`, when it has one (the
+    store's clock; `time_left` adds the seconds left)."""
     from waypoint.middleware import classify_interrupt
 
     p = classify_interrupt(ctx)
     out: dict[str, Any] = {"id": p.id, "kind": p.kind, "address": p.address, "run_path": run_path_of(p.address),
                            "paused_at": paused_at, "version": version}
+    if p.deadline is not None:
+        out["deadline"] = p.deadline
     if p.tool is not None:
         out.update(tool=p.tool, call_id=p.call_id)
     if p.kind == "approval":
@@ -71,6 +75,12 @@ def pending_view(ctx: InterruptCtx, version: int | None, paused_at: float | None
     else:
         out["info"] = plain(p.info)
     return out
+
+
+def time_left(item: dict[str, Any], now: float) -> dict[str, Any]:
+    """A pending view with `expires_in`: seconds until its deadline at `now`, the store's clock (0 once due)."""
+    deadline = item.get("deadline")
+    return item if deadline is None else {**item, "expires_in": max(0.0, round(deadline - now, 3))}
 
 
 def run_view(snap: RunSnapshot, history: Sequence[CheckpointMeta], *, newest: int, history_next: int | None,
@@ -83,8 +93,8 @@ def run_view(snap: RunSnapshot, history: Sequence[CheckpointMeta], *, newest: in
     is_agent = isinstance(snap.state, AgentState)
     out = {**meta_view(meta, now), "graph": snap.graph, "kind": "agent" if is_agent else "graph",
            "newest_version": newest, "active": active,
-           "interrupts": [pending_view(c, meta.version, meta.updated_at) for c in snap.interrupts.contexts]
-           if meta.status != "completed" else [],
+           "interrupts": [time_left(pending_view(c, meta.version, meta.updated_at), now)
+                          for c in snap.interrupts.contexts] if meta.status != "completed" else [],
            "pending_nodes": list(snap.pending)}
     if is_agent:
         out["messages"] = [message_view(m) for m in snap.state.messages]

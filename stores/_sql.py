@@ -63,7 +63,7 @@ from ._common import (
     stamped,
 )
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 T = TypeVar("T")
 
 _BINARY = {"sqlite": "BLOB", "postgresql": "BYTEA"}
@@ -151,6 +151,12 @@ MIGRATIONS: dict[int, list[str]] = {
         "AND c.version >= waypoint_ledger.version ORDER BY c.version LIMIT 1), "
         "(SELECT c.created_at FROM waypoint_checkpoints c WHERE c.checkpoint_id = waypoint_ledger.checkpoint_id "
         "ORDER BY c.version DESC LIMIT 1))",
+    ],
+    # Pause deadlines (engine/keep/store.py, guarantee 13): kept on a run's newest version only, so the partial
+    # index holds one row per run that waits with a deadline and a look for due ones reads only those.
+    7: [
+        "ALTER TABLE waypoint_checkpoints ADD COLUMN deadline {real}",
+        "CREATE INDEX waypoint_checkpoints_deadline ON waypoint_checkpoints (deadline) WHERE deadline IS NOT NULL",
     ],
 }
 
@@ -247,7 +253,7 @@ def _lock_run(db: DB, checkpoint_id: str) -> None:
 
 
 _META_COLUMNS = ("checkpoint_id, version, status, step, fingerprint, created_at, updated_at, "
-                 "lease_owner, lease_expires, error, origin")
+                 "lease_owner, lease_expires, error, origin, deadline")
 
 
 def _meta(row: Sequence[Any]) -> CheckpointMeta:
@@ -255,7 +261,7 @@ def _meta(row: Sequence[Any]) -> CheckpointMeta:
     meta = CheckpointMeta(
         checkpoint_id=row[0], version=row[1], status=row[2], step=row[3], fingerprint=row[4],
         created_at=row[5], updated_at=row[6], lease_owner=row[7], lease_expires=row[8], error=row[9],
-        origin=row[10],
+        origin=row[10], deadline=row[11],
     )
     problem = meta_problem(meta)
     if problem is not None:
@@ -277,9 +283,9 @@ def get(db: DB, checkpoint_id: str, version: int | None) -> Checkpoint | None:
     row = found[0]
     meta = _meta(row)
     where = version_label(checkpoint_id, meta.version)
-    parts = _parts(row[12], where)
+    parts = _parts(row[13], where)
     blobs = _blobs(db, checkpoint_id, set(parts.values()), where)
-    return Checkpoint(meta=meta, header=_bytes(row[11], where, "header"), parts=parts,
+    return Checkpoint(meta=meta, header=_bytes(row[12], where, "header"), parts=parts,
                       chains={name: chain_from(blobs, head, where, name) for name, head in parts.items()})
 
 
@@ -360,11 +366,11 @@ def put(db: DB, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], b
     # one round trip for every check: the newest version (compare-and-set, incarnation, its lease on the store's
     # clock) and the blobs this version points at without carrying them
     now = now_sql(db)
-    newest, created, status, owner, live, clock_now, found = db.rows(
+    newest, created, status, owner, live, clock_now, found, waited = db.rows(
         f"SELECT n.version, n.created_at, n.status, n.lease_owner, CASE WHEN n.lease_expires > {now} THEN 1 "
-        f"ELSE 0 END, {now}{found_sql}{announce} FROM (SELECT 1 AS one) d LEFT JOIN (SELECT version, created_at, "
-        "status, lease_owner, lease_expires FROM waypoint_checkpoints WHERE checkpoint_id = :c ORDER BY version DESC "
-        "LIMIT 1) n ON 1 = 1", params)[0][:7]
+        f"ELSE 0 END, {now}{found_sql}, n.deadline{announce} FROM (SELECT 1 AS one) d LEFT JOIN (SELECT version, "
+        "created_at, status, lease_owner, lease_expires, deadline FROM waypoint_checkpoints WHERE checkpoint_id = :c "
+        "ORDER BY version DESC LIMIT 1) n ON 1 = 1", params)[0][:8]
     check_newest(cid, newest, expected_version, created, meta.created_at, fresh)
     check_holder(cid, status, owner, bool(live), holder, takeover)
     meta = stamped(meta, float(clock_now), created, fresh)
@@ -380,12 +386,16 @@ def put(db: DB, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], b
     row: dict[str, Any] = {
         "c": meta.checkpoint_id, "v": meta.version, "s": meta.status, "st": meta.step, "f": meta.fingerprint,
         "ca": meta.created_at, "ua": meta.updated_at, "lo": meta.lease_owner, "le": meta.lease_expires,
-        "e": meta.error, "o": meta.origin, "hd": header, "p": json.dumps(dict(parts), sort_keys=True)}
+        "e": meta.error, "o": meta.origin, "dl": meta.deadline, "hd": header,
+        "p": json.dumps(dict(parts), sort_keys=True)}
     inserted = db.run(
         f"INSERT INTO waypoint_checkpoints ({_META_COLUMNS}, header, parts) VALUES "
-        "(:c, :v, :s, :st, :f, :ca, :ua, :lo, :le, :e, :o, :hd, :p) ON CONFLICT DO NOTHING", row)
+        "(:c, :v, :s, :st, :f, :ca, :ua, :lo, :le, :e, :o, :dl, :hd, :p) ON CONFLICT DO NOTHING", row)
     if inserted != 1:
         raise CheckpointConflict(conflict_message(meta.checkpoint_id, expected_version))
+    if waited is not None:  # only the newest version keeps a deadline (guarantee 13): the index stays one per run
+        db.run("UPDATE waypoint_checkpoints SET deadline = NULL WHERE checkpoint_id = :c AND version = :v",
+               {"c": cid, "v": newest})
     return meta
 
 
@@ -471,6 +481,13 @@ def list_runs(db: DB, status: str | None, limit: int, before: Any) -> list[Check
     return [_meta(r) for r in db.rows(sql, params)]
 
 
+def list_due(db: DB, limit: int) -> list[CheckpointMeta]:
+    check_limit(limit, "list_due()")
+    return [_meta(r) for r in db.rows(
+        f"SELECT {_META_COLUMNS} FROM waypoint_checkpoints WHERE deadline IS NOT NULL AND deadline <= {now_sql(db)} "
+        "ORDER BY deadline, checkpoint_id LIMIT :n", {"n": limit})]
+
+
 def delete(db: DB, checkpoint_id: str, force: bool = True) -> bool:
     params: dict[str, Any] = {"c": checkpoint_id}
     _lock_run(db, checkpoint_id)
@@ -550,6 +567,9 @@ class SQLStoreMethods:
     async def _renewals_call(self, fn: Callable[..., T], *args: Any) -> T:
         """`_call` for lease renewals: a store with a connection kept for them alone uses it (guarantee 12)."""
         return await self._call(fn, *args, write=True)
+
+    async def list_due(self, *, limit: int = 100) -> list[CheckpointMeta]:
+        return await self._call(list_due, limit)
 
     async def put(self, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], blobs: Sequence[Blob],
                   *, expected_version: int | None, holder: str | None = None, takeover: bool = False,

@@ -40,6 +40,7 @@ class MemoryStore:
         self._versions: dict[str, dict[int, tuple[CheckpointMeta, bytes, dict[str, str]]]] = {}
         self._blobs: dict[str, dict[str, Blob]] = {}
         self._ledger: dict[tuple[str, int], dict[str, tuple[float | None, bytes]]] = {}  # -> (incarnation, result)
+        self._due: dict[str, float] = {}  # run -> its newest version's deadline
 
     async def get(self, checkpoint_id: str, version: int | None = None) -> Checkpoint | None:
         versions = self._versions.get(checkpoint_id)
@@ -86,7 +87,13 @@ class MemoryStore:
         stored = self._blobs.setdefault(cid, stored)
         for blob in blobs:
             stored.setdefault(blob.hash, blob)
+        if head is not None and head.deadline is not None:  # only the newest version keeps one (guarantee 13)
+            versions[newest] = (_replace(head, deadline=None), *versions[newest][1:])  # type: ignore[index]
         versions[meta.version] = (meta, bytes(header), dict(parts))
+        if meta.deadline is not None:
+            self._due[cid] = meta.deadline
+        else:
+            self._due.pop(cid, None)
         if self.expiry.due():
             await self.expire()
         return meta
@@ -135,6 +142,12 @@ class MemoryStore:
         metas = [versions[v][0] for v in sorted(versions, reverse=True)]
         return metas if limit is None else metas[:limit]
 
+    async def list_due(self, *, limit: int = 100) -> list[CheckpointMeta]:
+        check_limit(limit, "list_due()")
+        now = _now()
+        due = sorted((d, cid) for cid, d in self._due.items() if d <= now)[:limit]
+        return [self._versions[cid][_newest(self._versions[cid])][0] for _, cid in due]
+
     async def list(
         self, *, status: RunStatus | None = None, limit: int = 100, before: float | CheckpointMeta | None = None
     ) -> list[CheckpointMeta]:
@@ -154,6 +167,7 @@ class MemoryStore:
             if head.status == "running" and head.lease_expires is not None:
                 check_idle(checkpoint_id, [(head.lease_owner, head.lease_expires - _now())])
         existed = self._versions.pop(checkpoint_id, None) is not None
+        self._due.pop(checkpoint_id, None)
         self._blobs.pop(checkpoint_id, None)
         for key in [k for k in self._ledger if k[0] == checkpoint_id]:
             del self._ledger[key]

@@ -85,6 +85,9 @@ class RunQueue:
             from waypoint.engine.codec.serde import Serializer
 
             serializer = Serializer()
+        from waypoint.engine.keep.content import register_engine_types
+
+        register_engine_types(serializer)  # answers may hold the engine's own (a due pause's `Expired`)
         self.store = store
         self.serializer = serializer
 

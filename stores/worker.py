@@ -329,9 +329,9 @@ class Worker:
 
     async def _recover(self) -> None:
         """Queue the continuation of this worker's graphs' runs whose process died (engine/keep/recovery.py)."""
-        async def execute(app: Any, meta: Any) -> str:
+        async def execute(app: Any, meta: Any, *, resume: Any = None) -> str:
             try:
-                await self.queue.resume(meta.checkpoint_id, None, expected_version=meta.version, graph=app.name)
+                await self.queue.resume(meta.checkpoint_id, resume, expected_version=meta.version, graph=app.name)
                 said = "queued for the workers"
             except QueueError as err:  # work for it is queued or claimed already: the queue continues it
                 said = f"left to the queue ({err})"

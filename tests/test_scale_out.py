@@ -199,7 +199,7 @@ asyncio.run(main())
     for p in procs:
         _, err = p.communicate(timeout=60)
         assert p.returncode == 0, err
-    assert pg.sql("SELECT version FROM waypoint_schema", db=database_of(pg_url)) == [(6,)]
+    assert pg.sql("SELECT version FROM waypoint_schema", db=database_of(pg_url)) == [(7,)]
 
 
 def test_two_processes_resume_the_same_paused_run_on_postgres_exactly_one_proceeds(pg_url, tmp_path):

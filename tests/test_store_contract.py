@@ -208,6 +208,26 @@ async def test_origin_is_kept(store):
     assert (await store.get("run-1")).meta.origin == "other@4"
 
 
+async def test_only_the_newest_version_keeps_a_deadline_and_list_due_finds_the_due_ones(store):
+    now = await store.clock()
+    await store.put(meta("a", 1, "interrupted", deadline=now - 5), b"h", {"run": "h-a"}, [blob("a")],
+                    expected_version=None)
+    await store.put(meta("b", 1, "interrupted", deadline=now - 9), b"h", {"run": "h-b"}, [blob("b")],
+                    expected_version=None)
+    await store.put(meta("later", 1, "interrupted", deadline=now + 3600), b"h", {"run": "h-c"}, [blob("c")],
+                    expected_version=None)
+    assert [m.checkpoint_id for m in await store.list_due()] == ["b", "a"]  # earliest first; not the later one
+    assert (await store.history("a", limit=1))[0].deadline == now - 5
+    await store.put(meta("a", 2, "running"), b"h2", {"run": "h-a"}, [], expected_version=1)  # a resume's claim
+    assert [m.checkpoint_id for m in await store.list_due()] == ["b"]
+    assert [m.deadline for m in await store.history("a")] == [None, None]  # the older version's is cleared
+    await store.put(meta("a", 3, "interrupted", deadline=now - 1), b"h3", {"run": "h-a"}, [], expected_version=2)
+    assert [m.checkpoint_id for m in await store.list_due(limit=1)] == ["b"]
+    assert [(m.checkpoint_id, m.version) for m in await store.list_due()] == [("b", 1), ("a", 3)]
+    await store.delete("b")
+    assert [m.checkpoint_id for m in await store.list_due()] == ["a"]
+
+
 async def test_delete(store):
     await store.put(meta(), b"h", {"run": "h-a"}, [blob("a")], expected_version=None)
     await store.record_call("run-1", 1, "c", b"r")
@@ -401,7 +421,7 @@ def test_a_version_1_database_is_migrated_in_place(tmp_path):
     assert [m.version for m in old] == [1] and old[0].origin is None
     assert new[0].origin == "old-run@1"
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT version FROM waypoint_schema").fetchall() == [(6,)]
+        assert conn.execute("SELECT version FROM waypoint_schema").fetchall() == [(7,)]
         assert conn.execute("SELECT COUNT(*) FROM waypoint_queue").fetchall() == [(0,)]  # migration 3
 
 

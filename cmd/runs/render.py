@@ -117,8 +117,12 @@ def meta_json(meta: CheckpointMeta, now: float, *, newest: bool = True) -> dict[
     return out
 
 
-def pending_json(p: Pending) -> dict[str, Any]:
+def pending_json(p: Pending, now: float | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"id": p.id, "kind": p.kind, "address": p.address, "info": plain(p.info)}
+    if p.deadline is not None:
+        out["deadline"] = p.deadline
+        if now is not None:
+            out["expires_in"] = max(0.0, round(p.deadline - now, 3))
     if p.tool is not None:
         out["tool"], out["call_id"] = p.tool, p.call_id
     if p.arguments is not None:
@@ -130,7 +134,7 @@ def run_json(run: StoredRun) -> dict[str, Any]:
     """A decoded version, for scripts: the row, the pending interrupts, and the conversation or the state."""
     out = {**meta_json(run.meta, run.now), "graph": run.graph, "kind": "agent" if run.is_agent else "graph",
            "newest_version": run.newest, "pending_nodes": list(run.pending_nodes),
-           "interrupts": [pending_json(p) for p in run.pending],
+           "interrupts": [pending_json(p, run.now) for p in run.pending],
            "project_root": str(run.project_root) if run.project_root is not None else None}
     if run.is_agent:
         out["messages"] = [message_json(m) for m in run.state.messages]
@@ -222,6 +226,8 @@ def _show_pending(run: StoredRun, console: Console, hint: str) -> None:
     for p in pending:
         console.line(visible(f"  {p.id}  {_describe(p)}", strict=True), "yellow")
         console.line(visible(f"    address   {clip(p.address, 400)}", strict=True), "dim")
+        if p.deadline is not None:
+            console.line(f"    deadline  {_time_left(p, run.now)}", "yellow")
         if p.kind == "approval":
             shown = json.dumps(tool_arguments(p.arguments), ensure_ascii=False, indent=2)
             if hides(shown + (p.tool or "") + run.meta.checkpoint_id):
@@ -236,6 +242,27 @@ def _show_pending(run: StoredRun, console: Console, hint: str) -> None:
         console.line()
     for step in steps:
         console.line(visible(step, strict=True))
+
+
+def _time_left(p: Pending, now: float) -> str:
+    """When a pause stops waiting, and how long that is from `now` (the store's clock)."""
+    left = p.deadline - now  # type: ignore[operator]
+    at = clock(p.deadline)
+    if left <= 0:
+        happens = "rejected as expired" if p.kind == "approval" else "answered by its deadline"
+        return f"{at}: passed {_span(-left)} ago, nobody answered; it is {happens} by whoever recovers runs"
+    return f"{at} ({_span(left)} left by the store's clock)"
+
+
+def _span(seconds: float) -> str:
+    s = int(seconds + 0.999)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
 
 
 def _next_steps(run: StoredRun, resume: str) -> list[str]:

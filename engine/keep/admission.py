@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from typing import Any
 
 from ..errors import (
@@ -15,13 +16,16 @@ from ..errors import (
     CheckpointExists,
     CheckpointNotFound,
     GraphMismatch,
+    PauseExpired,
     UnknownInterrupt,
 )
 from ..run import (
+    Expired,
     ResumeRequest,
     Run,
     answered_ids,
     awaits_answer,
+    paused_records,
     pending_interrupt_ids,
     reissue_ids,
     retire_failed_answers,
@@ -78,6 +82,8 @@ class Admission:
         retire_failed_answers(loaded.position, loaded.meta.status, f"runnable:{self.graph.name}")
         standing = None if branch else standing_answers(loaded.position, loaded.meta.status, loaded.meta.error)
         self._check_resume(loaded, request, standing)
+        if request is not None:
+            request = await self._check_deadlines(loaded.position, request)
         if standing is not None:  # a resume claimed this run and its process stopped: its answers stand
             request = standing.joined(request)
         run.restore(loaded.position, request)
@@ -286,6 +292,37 @@ class Admission:
                 "resume={id: data}, resume=[ids] or resume=True"
             )
 
+    async def _check_deadlines(self, pos: Any, request: ResumeRequest) -> ResumeRequest:
+        """A pause whose deadline has passed on the store's clock takes only the answer its deadline gives; an
+        `Expired` is taken only by a pause that is due, and becomes what the pause said happens then
+        (`on_deadline`). Otherwise `PauseExpired`, and nothing is written (docs/resume.md, "Deadlines")."""
+        timed = {r.id: r for r in paused_records(pos) if r.deadline is not None}
+        given = {i: d for i, d in request.data.items() if d is not None}
+        expiring = {i for i, d in given.items() if isinstance(d, Expired)}
+        if not expiring and not (timed.keys() & given.keys()):
+            return request
+        untimed = sorted(expiring - timed.keys())
+        if untimed:
+            raise PauseExpired(f"run '{self.source}': interrupt {', '.join(untimed)} has no deadline, so it cannot be "
+                               "answered with Expired; answer it as it asks")
+        now = await store_clock(self.graph.store)
+        data = dict(request.data)
+        for iid in sorted(timed.keys() & given.keys()):
+            record, due = timed[iid], timed[iid].deadline <= now
+            if iid in expiring:
+                if not due:
+                    raise PauseExpired(
+                        f"run '{self.source}': interrupt {iid} is not due until {_utc(record.deadline)} (by the "
+                        f"store's clock, {record.deadline - now:.1f} s from now); it expires then, not before")
+                data[iid] = record.on_deadline if record.has_on_deadline else Expired(record.deadline)
+            elif due:
+                raise PauseExpired(
+                    f"run '{self.source}': interrupt {iid} expired at {_utc(record.deadline)} (by the store's clock, "
+                    f"{now - record.deadline:.1f} s ago) without an answer, so this answer was not taken and nothing "
+                    "was written; it takes the answer its deadline gives, which whoever recovers runs (waypoint serve, "
+                    "waypoint worker, recover(...)) gives it within its interval")
+        return replace(request, data=data)
+
     # --- running and saving ------------------------------------------------------------------------
 
 
@@ -294,6 +331,11 @@ def _count_takeover(pos: Any, loaded_version: int, claim_version: int) -> None:
     nothing was written since the last takeover's claim, else the first (rule 11)."""
     pos.takeovers = pos.takeovers + 1 if pos.taken_at == loaded_version else 1
     pos.taken_at = claim_version
+
+
+def _utc(t: float) -> str:
+    """A store-clock time as people read it: `2026-12-02 14:03:11 UTC`."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
 
 
 def _clock(t: float) -> str:

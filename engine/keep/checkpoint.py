@@ -28,6 +28,7 @@ from __future__ import annotations
 import enum
 import functools
 import hashlib
+import logging
 import operator
 import os
 import time
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointCorrupted
-from ..run import RunPosition
+from ..run import RunPosition, paused_records
 from ..shape import StateJournal
 from .content import (
     position_from_plain,
@@ -52,6 +53,7 @@ from .store import (
     CheckpointMeta,
     CheckPointStore,
     MissingBlobs,
+    store_clock,
     version_label,
 )
 
@@ -60,6 +62,20 @@ if TYPE_CHECKING:
 
 __all__ = ["Checkpointer", "fingerprint", "new_owner"]
 
+
+
+_WARNED: set[int] = set()
+
+
+def _unkept_deadline(store: Any, checkpoint_id: str) -> None:
+    """A store that dropped a pause's deadline will never say it is due: said at once, once per store."""
+    if id(store) in _WARNED:
+        return
+    _WARNED.add(id(store))
+    logging.getLogger("waypoint.recovery").error(
+        "run '%s' paused with a deadline, but the store %r did not keep it (its put returned no deadline): its "
+        "pauses will never expire by themselves. Use a store that keeps CheckpointMeta.deadline "
+        "(engine/keep/store.py, guarantee 13)", checkpoint_id, store)
 
 
 def new_owner() -> str:
@@ -127,19 +143,34 @@ class Checkpointer(VersionReader):
         end), where every list is compared in full. (A failure or cancel writes no new content: `mark`.) `lease`
         (owner, seconds from now; None seconds: no lease) is written instead of this writer's own for a `running`
         version (an edit of a run whose process died names its owner under a lease that has run out: 0 s)."""
+        deadline = await self._deadlines(pos) if status == "interrupted" else None
         try:
-            meta = await self._save(pos, status, error, journal, lease)
+            meta = await self._save(pos, status, error, journal, lease, deadline)
         except MissingBlobs:
             self._known.clear()
             self._cache.clear()
             self._graph_part = None
-            meta = await self._save(pos, status, error, journal, lease)
+            meta = await self._save(pos, status, error, journal, lease, deadline)
         if journal is not None and journal.replaced:
             journal.written()
         return meta
 
+    async def _deadlines(self, pos: RunPosition) -> float | None:
+        """Give each pause first stored now with a deadline counted from then (`expires_in`) its deadline on the
+        store's clock, read once; the earliest deadline of the run's pauses (nested runs' too), or None."""
+        records = [r for r in paused_records(pos) if r.deadline is not None or r.expires_in is not None]
+        if not records:
+            return None
+        if any(r.deadline is None for r in records):
+            now = await store_clock(self.store)
+            for r in records:
+                if r.deadline is None:
+                    r.deadline, r.expires_in = now + r.expires_in, None
+        return min(r.deadline for r in records)  # type: ignore[type-var]
+
     async def _save(self, pos: RunPosition, status: str, error: str | None,
-                    journal: StateJournal | None, lease: tuple[Any, Any] | None = None) -> CheckpointMeta:
+                    journal: StateJournal | None, lease: tuple[Any, Any] | None = None,
+                    deadline: float | None = None) -> CheckpointMeta:
         blobs: list[Blob] = []
         if self._graph_part is None:  # the same bytes at every step: encode once
             self._graph_part = self._whole("graph", self.graph_structure, blobs)
@@ -158,7 +189,7 @@ class Checkpointer(VersionReader):
             else:
                 parts[key] = self._whole(key, value, blobs)
         return await self._put(pos.step, status, error, {"parts": parts, "lists": lists, "state": state_kind}, blobs,
-                               lease)
+                               lease, deadline)
 
     async def mark(self, status: str, *, error: str | None = None) -> CheckpointMeta | None:
         """Write a new version with the last written content and a new status (when the current
@@ -179,7 +210,8 @@ class Checkpointer(VersionReader):
         return await self._put(step, "running", None, content, [], (self.owner, 0.0))
 
     async def _put(self, step: int, status: str, error: str | None, content: dict[str, Any],
-                   blobs: list[Blob], lease: tuple[Any, Any] | None = None) -> CheckpointMeta:
+                   blobs: list[Blob], lease: tuple[Any, Any] | None = None,
+                   deadline: float | None = None) -> CheckpointMeta:
         now = time.time()
         running = status == "running"
         owner, seconds = lease if lease is not None else (self.owner, self.lease_seconds)
@@ -188,7 +220,7 @@ class Checkpointer(VersionReader):
             checkpoint_id=self.checkpoint_id, version=(self.version or 0) + 1, status=status,
             step=step, fingerprint=self.fingerprint, created_at=self.created_at or self._created(now), updated_at=now,
             lease_owner=owner if running else None, lease_expires=expires if running else None, error=error,
-            origin=self.origin,
+            origin=self.origin, deadline=deadline,
         )
         record = {"format": FORMAT, **content, "meta": binding(meta)}
         if self.trace:
@@ -202,6 +234,8 @@ class Checkpointer(VersionReader):
             found = await self.store.history(self.checkpoint_id, limit=1)      # that returns nothing: read it back
             stored = found[0] if found and found[0].version == meta.version else None
         meta = stored if isinstance(stored, CheckpointMeta) else meta  # as the store stamped it (its clock)
+        if deadline is not None and getattr(meta, "deadline", None) is None:
+            _unkept_deadline(self.store, self.checkpoint_id)
         self.holding = running and lease is None
         self.takeover = False
         self.origin = None

@@ -4,9 +4,10 @@ graph structures differ, in words. engine/keep/checkpoint.py turns these into pa
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
-from ..run import InterruptRecord, ResumeRequest, RunPosition, legacy_interrupt_id
+from ..run import Expired, InterruptRecord, ResumeRequest, RunPosition, Sleeping, legacy_interrupt_id
 from ..shape import Chunks
 from .store import MAX_PART_NAME, MAX_PARTS
 
@@ -45,6 +46,10 @@ def _record_to_plain(r: InterruptRecord) -> dict[str, Any]:
         plain["above"] = [_record_to_plain(a) for a in r.above]
     if r.answered:
         plain["answered"], plain["answer"] = True, r.answer
+    if r.deadline is not None:
+        plain["deadline"] = r.deadline
+    if r.has_on_deadline:
+        plain["on_deadline"] = [r.on_deadline]
     return plain
 
 
@@ -83,7 +88,12 @@ def _record_from_plain(d: dict[str, Any]) -> InterruptRecord:
            and type(d["subs"]) is list and (d["child"] is None or type(d["child"]) is dict), "interrupt record")
     rid, above, answered = d.get("id") or legacy_interrupt_id(d["address"]), d.get("above", []), d.get("answered", False)
     _shape(type(rid) is str and type(above) is list and type(answered) is bool, "interrupt record")
+    deadline, on_deadline = d.get("deadline"), d.get("on_deadline")
+    _shape((deadline is None or (type(deadline) in (int, float) and math.isfinite(deadline)))
+           and (on_deadline is None or (type(on_deadline) is list and len(on_deadline) == 1)), "pause deadline")
     return InterruptRecord(
+        deadline=None if deadline is None else float(deadline),
+        on_deadline=on_deadline[0] if on_deadline else None, has_on_deadline=on_deadline is not None,
         address=d["address"], id=rid, info=d["info"], state=d["state"], has_state=d["has_state"],
         child=None if d["child"] is None else position_from_plain(d["child"]),
         subs=[_record_from_plain(s) for s in d["subs"]],
@@ -144,6 +154,10 @@ def register_engine_types(serializer: Serializer) -> None:
     registry = serializer.registry
     if registry.entry_for_type(Chunks) is None:
         registry.register(Chunks, name="waypoint.Chunks")
+    if registry.entry_for_type(Expired) is None:
+        registry.register(Expired, name="waypoint.Expired")
+    if registry.entry_for_type(Sleeping) is None:
+        registry.register(Sleeping, name="waypoint.Sleeping")
 
 
 def describe_difference(old: dict[str, Any], new: dict[str, Any], where: str = "") -> str:

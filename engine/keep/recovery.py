@@ -29,6 +29,12 @@ rules (docs/resume.md, "Recovery"):
    fresh count.
 8. **One log line per run** (logger `waypoint.recovery`, level WARNING): which run, why it is continued,
    and how the continuation ended (or why it was given up).
+9. **Deadlines.** A paused run whose pause's deadline has passed on the store's clock (`store.list_due()`,
+   engine/keep/store.py guarantee 13) is resumed with the answer its deadline gives each due pause (`Expired`,
+   or the pause's `on_deadline`), by compare-and-set on the version judged: an answer that lands first wins and
+   the expiry is "taken"; an expiry that lands first wins and the late answer is refused. A pause answered before
+   its deadline is never expired (its run moved on). `execute(graph, meta, resume=answers)` continues it when
+   the hook takes `resume`.
 
 Nothing here imports a store: a process hands in its compiled graphs, and `execute` (optional) says how a
 run is continued when not by `graph.ainvoke(None, ...)` (the service continues it as one of its own
@@ -38,13 +44,16 @@ executions, so its page follows it live; a worker queues it for the fleet).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import CheckpointConflict, CheckpointNotFound, GraphInterrupted, StoreUnavailable, WaypointError
+from ..errors import (CheckpointConflict, CheckpointNotFound, GraphInterrupted, PauseExpired, StoreUnavailable,
+                      WaypointError)
+from ..run import due_answers
 from .checkpoint import Checkpointer, fingerprint
 from .owners import OwnerState, owner_state
 from .store import store_clock
@@ -71,14 +80,16 @@ class Recovered:
     """The run's version the decision was made from."""
     outcome: str
     """"completed", "interrupted" (paused for a person), "failed", "gave up" (stored failed after
-    `max_attempts`), "handed over" (an `execute` hook took it), "taken" (another process continued it
+    `max_attempts`), "expired" (a due pause was answered by its deadline, rule 9), "handed over" (an `execute`
+    hook took it), "taken" (another process continued it
     first, or it moved on), or "error" (the store failed: tried again at the next pass)."""
     detail: str = ""
 
 
-Execute = Callable[[Any, Any], Awaitable[Any]]
-"""`execute(graph, meta)`: continue the run `meta` (its `CheckpointMeta`) of `graph`, claiming it by
-compare-and-set on `meta.version`; may return a few words saying what it did."""
+Execute = Callable[..., Awaitable[Any]]
+"""`execute(graph, meta, *, resume=None)`: continue the run `meta` (its `CheckpointMeta`) of `graph`, claiming it
+by compare-and-set on `meta.version` — with `resume` as `ainvoke`'s answers when given (a due pause's, rule 9; a
+hook without the parameter leaves those to the default continuation); may return a few words saying what it did."""
 
 
 async def recover(graphs: Iterable[Any], *, watch: bool = False, every: float = 1.0, concurrency: int = 4,
@@ -112,6 +123,8 @@ class _Candidate:
     why: str
     release: bool
     """The owner is dead on this host: end its lease first (rule 3)."""
+    due: bool = False
+    """A paused run whose deadline passed (rule 9)."""
 
 
 class _Recovery:
@@ -129,6 +142,7 @@ class _Recovery:
         self.slots = asyncio.Semaphore(concurrency)
         self.max_attempts = max_attempts
         self.execute = execute
+        self.execute_answers = execute is not None and _takes_resume(execute)
         self.active: dict[str, asyncio.Task] = {}  # runs this call is continuing, by checkpoint ID
         self.unserved: set[tuple[str, int]] = set()
         self.handed: set[tuple[str, int]] = set()  # (run, version) an `execute` hook took over
@@ -170,7 +184,7 @@ class _Recovery:
     # --- finding them -----------------------------------------------------------------------------------
 
     async def _scan(self, store: Any, served: dict[str, Any]) -> list[_Candidate]:
-        """The runs of `store` to continue now (rules 1, 2, 5)."""
+        """The runs of `store` to continue now (rules 1, 2, 5, 9)."""
         now = await store_clock(store)  # read before the leases: a renewal after it shows in what is read next
         found: list[_Candidate] = []
         before = None
@@ -181,8 +195,17 @@ class _Recovery:
                 if candidate is not None:
                     found.append(candidate)
             if len(page) < _PAGE:
-                return found
+                break
             before = page[-1]
+        for meta in await _due(store, now):
+            if meta.checkpoint_id in self.active or (meta.checkpoint_id, meta.version) in self.handed:
+                continue
+            graph = served.get(meta.fingerprint)
+            if graph is None:
+                self._unserved(meta, f"its pause's deadline passed {now - meta.deadline:.1f} s ago")
+                continue
+            found.append(_Candidate(graph, meta, "its pause's deadline passed", False, due=True))
+        return found
 
     def _judge(self, meta: Any, now: float, served: dict[str, Any]) -> _Candidate | None:
         if meta.checkpoint_id in self.active or (meta.checkpoint_id, meta.version) in self.handed:
@@ -227,7 +250,46 @@ class _Recovery:
                 log.exception("recovery: run '%s' of graph '%s' could not be continued", cid, graph.name)
                 return self._done(c, "error", f"{type(err).__name__}: {err}")
 
+    async def _expire(self, c: _Candidate) -> Recovered:
+        """Resume a paused run with the answers its due pauses' deadlines give (rule 9)."""
+        store, cid, meta = c.graph.store, c.meta.checkpoint_id, c.meta
+        reader = Checkpointer(store=store, serializer=c.graph.get_serializer(), checkpoint_id=cid,
+                              graph_structure=c.graph.structure)
+        loaded = await reader.load()
+        if loaded is None or loaded.meta.version != meta.version or not loaded.meta.paused:
+            return self._done(c, "taken", "it moved on before its pause could be expired")
+        now = await store_clock(store)
+        answers = due_answers(loaded.position, now)
+        if not answers:
+            return self._done(c, "taken", "none of its pauses is due any more")
+        late = ", ".join(f"{iid} (due {a.when}, {now - a.deadline:.1f} s ago)" for iid, a in answers.items())
+        log.warning("recovery: run '%s' of graph '%s' (version %d): no answer came by the deadline of interrupt %s; "
+                    "answering as each deadline says", cid, c.graph.name, meta.version, late)
+        execute = self.execute if self.execute_answers else None
+        try:
+            said = await (execute or _resume)(c.graph, loaded.meta, resume=answers)
+        except GraphInterrupted:
+            return self._done(c, "expired", "it paused again and waits for an answer")
+        except (CheckpointConflict, PauseExpired) as err:
+            return self._done(c, "taken", str(err))
+        except StoreUnavailable:
+            raise
+        except Exception as err:  # noqa: BLE001 - the run's own failure (stored with it), or a refusal to resume it
+            self._handed(cid, meta.version)  # said once, not again at every look while it stays at this version
+            return self._done(c, "failed", f"{type(err).__name__}: {err}")
+        if execute is None:
+            return self._done(c, "expired", "it went on and completed")
+        self._handed(cid, meta.version)
+        return self._done(c, "handed over", said if isinstance(said, str) else "")
+
+    def _handed(self, cid: str, version: int) -> None:
+        if len(self.handed) >= _MEMORY:
+            self.handed.clear()
+        self.handed.add((cid, version))  # not handed over again while it stays at this version
+
     async def _continue(self, c: _Candidate) -> Recovered:
+        if c.due:
+            return await self._expire(c)
         store, cid, meta = c.graph.store, c.meta.checkpoint_id, c.meta
         if c.release and not await store.renew_lease(cid, meta.version, meta.lease_owner, 0.0):
             return self._done(c, "taken", "its lease changed hands before it could be ended")
@@ -254,9 +316,7 @@ class _Recovery:
             return self._done(c, "failed", f"{type(err).__name__}: {err}")
         if self.execute is None:
             return self._done(c, "completed")
-        if len(self.handed) >= _MEMORY:
-            self.handed.clear()
-        self.handed.add((cid, meta.version))  # not handed over again while it stays at this version
+        self._handed(cid, meta.version)
         return self._done(c, "handed over", said if isinstance(said, str) else "")
 
     async def _give_up(self, c: _Candidate, reader: Checkpointer, takeovers: int, step: int) -> Recovered:
@@ -303,7 +363,30 @@ async def give_up(graph: Any, checkpoint_id: str, why: str) -> bool:
     return True
 
 
-async def _resume(graph: Any, meta: Any) -> str:
+async def _resume(graph: Any, meta: Any, *, resume: Any = None) -> str:
     """The default continuation: the engine's resume, claimed by compare-and-set on the version judged."""
-    await graph.ainvoke(None, checkpoint_id=meta.checkpoint_id, expected_version=meta.version)
+    await graph.ainvoke(None, checkpoint_id=meta.checkpoint_id, expected_version=meta.version, resume=resume)
     return "completed"
+
+
+async def _due(store: Any, now: float) -> list[Any]:
+    """The paused runs of `store` whose deadline is at or before `now` (its clock): `list_due` where the store has
+    it, else every paused run's newest version, page by page (guarantee 13)."""
+    list_due = getattr(store, "list_due", None)
+    if list_due is not None:
+        return [m for m in await list_due(limit=_PAGE) if m.paused]
+    found, before = [], None
+    while True:
+        page = await store.list(status="interrupted", limit=_PAGE, before=before)
+        found += [m for m in page if m.paused and getattr(m, "deadline", None) is not None and m.deadline <= now]
+        if len(page) < _PAGE:
+            return found
+        before = page[-1]
+
+
+def _takes_resume(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return "resume" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())

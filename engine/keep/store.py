@@ -68,6 +68,12 @@ Guarantees every store gives (tests/test_store_contract.py checks them on every 
    raises `StoreUnavailable` when the database refuses it), so a process whose work holds every pooled
    connection still renews its leases. A store whose renewals need nothing taken up front (SQLite, memory)
    has no `reserve_renewals`; the engine then reserves nothing and starts no thread for it.
+13. **Deadlines.** A version stored paused carries `deadline`, the earliest deadline of its pauses (seconds since
+   the epoch on the store's clock, stamped by the engine from `clock()`), kept as given and returned by `put`,
+   `get`, `history` and `list`; only a run's newest version keeps it (a later version clears it on the earlier
+   one). `list_due(limit=)` returns the newest versions whose deadline is at or before `clock()`, earliest first,
+   in time proportional to what it returns (an index), however many runs wait. A store without `list_due` is read
+   with `list(status="interrupted")` instead, page by page.
 """
 
 from __future__ import annotations
@@ -132,6 +138,8 @@ class CheckpointMeta:
     error: str | None = None
     origin: str | None = None
     """Where a fork or a resume from an older version came from (`"<checkpoint_id>@<version>"`)."""
+    deadline: float | None = None
+    """The earliest deadline of the pauses a paused version waits on (the store's clock), or None (guarantee 13)."""
 
     @property
     def paused(self) -> bool:
@@ -162,7 +170,8 @@ class Checkpoint:
 
 @runtime_checkable
 class CheckPointStore(Protocol):
-    """What the run loop needs from a store. All methods are coroutines."""
+    """What the run loop needs from a store. All methods are coroutines. Optional, beside these:
+    `reserve_renewals()` (guarantee 12) and `list_due(*, limit=100)` (guarantee 13)."""
 
     async def get(self, checkpoint_id: str, version: int | None = None) -> Checkpoint | None:
         """The newest (or the given) version with its part chains, or None."""
@@ -266,6 +275,7 @@ def meta_problem(meta: CheckpointMeta) -> str | None:
         ("lease_expires", meta.lease_expires is None or _is_time(meta.lease_expires)),
         ("error", meta.error is None or type(meta.error) is str),
         ("origin", meta.origin is None or type(meta.origin) is str),
+        ("deadline", meta.deadline is None or _is_time(meta.deadline)),
     )
     bad = [name for name, ok in checks if not ok]
     return f"its stored field(s) {', '.join(bad)} have the wrong type or value" if bad else None

@@ -5,6 +5,7 @@ node runs in (`scope`, `task`: ledger, chunks, lease checks), interrupts and res
 
 from .interrupts import (
     CompositeInterrupt,
+    Expired,
     Interrupt,
     InterruptCtx,
     InterruptInfo,
@@ -22,6 +23,7 @@ from .resume import (
     answered_ids,
     answers_below,
     awaits_answer,
+    due_answers,
     escape_part,
     get_interrupt_id,
     get_interrupt_info,
@@ -29,6 +31,7 @@ from .resume import (
     get_resume_context,
     interrupt_info,
     pause_again,
+    paused_records,
     pending_interrupt_ids,
     reissue_ids,
     retire_failed_answers,
@@ -37,6 +40,7 @@ from .resume import (
     unescape_part,
 )
 from .scope import current_task
+from .sleep import Sleeping, sleep_until
 from .task import (
     TaskLedger,
     check_lease,
@@ -51,11 +55,11 @@ from .task import (
 )
 
 __all__ = [
-    "CompositeInterrupt", "Interrupt", "InterruptCtx", "InterruptInfo", "InterruptRecord", "Pending", "ResumeRequest",
-    "Run", "RunInterrupted", "RunPosition", "StatefulInterrupt", "TaskLedger", "address_segment", "answered_ids",
+    "CompositeInterrupt", "Expired", "Interrupt", "InterruptCtx", "InterruptInfo", "InterruptRecord", "Pending", "ResumeRequest",
+    "Run", "RunInterrupted", "RunPosition", "Sleeping", "StatefulInterrupt", "TaskLedger", "address_segment", "answered_ids",
     "answers_below", "awaits_answer", "check_lease", "collecting_attempts", "current_checkpoint_id", "current_task",
-    "current_version", "emit_chunk", "enclosing_state", "escape_part", "get_interrupt_id", "get_interrupt_info",
+    "current_version", "due_answers", "emit_chunk", "enclosing_state", "escape_part", "get_interrupt_id", "get_interrupt_info",
     "get_interrupt_state", "get_resume_context", "idempotency_key", "in_daemon_thread", "interrupt_info",
-    "ledger_epoch", "legacy_interrupt_id", "pause_again", "pending_interrupt_ids", "pending_of", "register_merge",
-    "reissue_ids", "retire_failed_answers", "segment_of", "standing_answers", "task_ledger", "unescape_part"
+    "ledger_epoch", "legacy_interrupt_id", "pause_again", "paused_records", "pending_interrupt_ids", "pending_of", "register_merge",
+    "reissue_ids", "retire_failed_answers", "segment_of", "sleep_until", "standing_answers", "task_ledger", "unescape_part"
 ]

@@ -9,9 +9,12 @@ a normal `WaypointError`, carrying an `InterruptInfo`.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import clip
@@ -23,14 +26,39 @@ __all__ = [
     "CompositeInterrupt",
     "InterruptCtx",
     "InterruptInfo",
+    "Expired",
     "new_interrupt_id",
 ]
 
+_NO_ANSWER: Any = object()
+
+
+@dataclass(frozen=True)
+class Expired:
+    """The answer a pause gets when its deadline passes with nobody answering and no `on_deadline` was given.
+
+    `deadline`: when it passed, seconds since the epoch on the store's clock. Recovery (`waypoint serve`,
+    `waypoint worker`, `recover(...)`) resumes a due pause with it; a resume may give it only once the pause is
+    due, and a pause that is due takes no other answer (docs/resume.md, "Deadlines")."""
+
+    deadline: float
+
+    @property
+    def when(self) -> str:
+        """The deadline as people read it: `2026-12-02 14:03:11 UTC`."""
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.deadline))
+
 
 class Interrupt(BaseException):
-    """Pause the run here; `info` is shown to whoever resumes it."""
+    """Pause the run here; `info` is shown to whoever resumes it.
 
-    def __init__(self, info: Any = None) -> None:
+    `deadline`: when the pause stops waiting — a timezone-aware `datetime`, or a `timedelta` or a number of
+    seconds counted from when the pause is stored, on the store's clock. At it, recovery resumes this point with
+    `on_deadline` as its answer (an `Expired` when none is given). The same pause shown again keeps its first
+    deadline."""
+
+    def __init__(self, info: Any = None, *, deadline: datetime | timedelta | float | None = None,
+                 on_deadline: Any = _NO_ANSWER) -> None:
         super().__init__(info)
         self.info = info
         self.state: Any = None
@@ -43,13 +71,20 @@ class Interrupt(BaseException):
         self.address: str | None = scope.address if scope is not None else None
         self.id = _pause_id(scope)
         self.above = _answered_above(scope)
+        self.deadline, self.expires_in = _when(deadline)
+        self.on_deadline, self.has_on_deadline = on_deadline, on_deadline is not _NO_ANSWER
+        if self.has_on_deadline and self.deadline is None and self.expires_in is None:
+            raise ValueError("Interrupt(on_deadline=...) needs a deadline= it applies at")
+        _keep_deadline(self, scope)
 
 
 class StatefulInterrupt(Interrupt):
-    """Pause the run and persist `state`; `get_interrupt_state()` hands it back on resume."""
+    """Pause the run and persist `state`; `get_interrupt_state()` hands it back on resume (`deadline`,
+    `on_deadline`: as for `Interrupt`)."""
 
-    def __init__(self, info: Any, state: Any) -> None:
-        super().__init__(info)
+    def __init__(self, info: Any, state: Any, *, deadline: datetime | timedelta | float | None = None,
+                 on_deadline: Any = _NO_ANSWER) -> None:
+        super().__init__(info, deadline=deadline, on_deadline=on_deadline)
         self.state = state
         self.has_state = True
 
@@ -62,6 +97,31 @@ class CompositeInterrupt(Interrupt):
         self.state = state
         self.has_state = True
         self.subs = tuple(subs)
+
+
+def _when(deadline: Any) -> tuple[float | None, float | None]:
+    """(an absolute deadline, or seconds from when the pause is stored): what `deadline=` said."""
+    if deadline is None:
+        return None, None
+    if isinstance(deadline, datetime):
+        if deadline.tzinfo is None or deadline.utcoffset() is None:
+            raise ValueError(f"Interrupt(deadline={deadline!r}): a datetime deadline needs a timezone "
+                             "(datetime.now(timezone.utc) + ...), or give a timedelta or seconds from now")
+        return deadline.timestamp(), None
+    seconds = deadline.total_seconds() if isinstance(deadline, timedelta) else deadline
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+        raise ValueError(f"Interrupt(deadline={deadline!r}): give a timezone-aware datetime, a timedelta or a "
+                         "finite number of seconds")
+    return None, max(0.0, float(seconds))
+
+
+def _keep_deadline(signal: Interrupt, scope: Any) -> None:
+    """A pause shown again (same ID) keeps the deadline it was first stored with, and what happens at it."""
+    old = scope.resumed.get(scope.address) if scope is not None and scope.resumed else None
+    if old is None or old.id != signal.id or (old.deadline is None and old.expires_in is None):
+        return
+    signal.deadline, signal.expires_in = old.deadline, old.expires_in
+    signal.on_deadline, signal.has_on_deadline = old.on_deadline, old.has_on_deadline
 
 
 def new_interrupt_id() -> str:
@@ -110,6 +170,8 @@ class InterruptCtx:
     info: Any = None
     is_root_cause: bool = True
     parent: InterruptCtx | None = None
+    deadline: float | None = None
+    """When the pause stops waiting (seconds since the epoch, the store's clock), if it has a deadline."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -550,4 +550,6 @@ def _record(signal: Interrupt, address: str) -> InterruptRecord:
         for i, sub in enumerate(signal.subs)
     ]
     return InterruptRecord(address=address, id=signal.id, info=signal.info, state=signal.state,
-                           has_state=signal.has_state, subs=subs, above=list(signal.above), child=signal.child)
+                           has_state=signal.has_state, subs=subs, above=list(signal.above), child=signal.child,
+                           deadline=signal.deadline, expires_in=signal.expires_in, on_deadline=signal.on_deadline,
+                           has_on_deadline=signal.has_on_deadline)

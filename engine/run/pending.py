@@ -9,10 +9,11 @@ The engine knows an interrupt's ID, its address and its info. What it waits for 
    innermost node (`node`);
 2. the info's own fields, when it has them: `tool_name` (wins over the address: a call's middleware may
    rename it), `arguments_json` (the call's arguments as the model wrote them), `digest` (what an answer
-   binds to), `deadline`; and its kind, when its class names one (`pending_kind`: `ApprovalInfo` in
+   binds to); and its kind, when its class names one (`pending_kind`: `ApprovalInfo` in
    `waypoint.middleware` says "approval") — so this module names no middleware, and an info of your own
    with those fields reads the same way;
-3. otherwise a static pause (`interrupt_before` / `interrupt_after`, a `pause:` segment) is "pause", and
+3. its `deadline` from the pause itself (`Interrupt(deadline=...)`, `ApprovalMiddleware(expires_after=...)`);
+4. otherwise a static pause (`interrupt_before` / `interrupt_after`, a `pause:` segment) is "pause", and
    anything else "interrupt".
 """
 
@@ -46,8 +47,9 @@ class Pending:
     """The call's arguments as the JSON text the model wrote, when the info carries them (an approval)."""
     digest: str | None = None
     """What an answer binds to (`ApprovalResult(digest=...)`), when the info carries one."""
-    deadline: Any = None
-    """When the pause stops waiting, if its info says (Waypoint's own pauses carry no deadline yet)."""
+    deadline: float | None = None
+    """When the pause stops waiting (seconds since the epoch, on the store's clock), if it has a deadline: at it,
+    recovery answers it with what the pause said (`on_deadline`; an approval is rejected as expired)."""
     node: str | None = None
     """The innermost node of the address: where a plain graph paused."""
 
@@ -63,7 +65,7 @@ def pending_of(ctx: InterruptCtx) -> Pending:
     return Pending(id=ctx.id, address=ctx.address, kind=kind, info=info,
                    tool=_text(info, "tool_name") or tool or None, call_id=call_id or None,
                    arguments=_text(info, "arguments_json"), digest=_text(info, "digest"),
-                   deadline=getattr(info, "deadline", None), node=node)
+                   deadline=ctx.deadline, node=node)
 
 
 def _text(info: Any, name: str) -> str | None:

@@ -67,6 +67,14 @@ class InterruptRecord:
     answer: Any = None
     answered: bool = False
     """True for an `above` record: `answer` is what was consumed there."""
+    deadline: float | None = None
+    """When the pause stops waiting: seconds since the epoch on the store's clock (engine/keep/checkpoint.py turns
+    `expires_in` into it when the pause is first stored)."""
+    expires_in: float | None = None
+    """Seconds from when the pause is stored, until it is (then `deadline`; never stored)."""
+    on_deadline: Any = None
+    has_on_deadline: bool = False
+    """`on_deadline` is the answer the pause gets at its deadline (else an `Expired`)."""
 
 
 @dataclass(kw_only=True)

@@ -22,6 +22,7 @@ from typing import Any
 
 from .interrupts import (
     CompositeInterrupt,
+    Expired,
     Interrupt,
     InterruptCtx,
     InterruptInfo,
@@ -34,7 +35,7 @@ from .scope import _TASK, current_task
 
 __all__ = ["ResumeRequest", "get_interrupt_state", "get_interrupt_info", "get_resume_context", "address_segment",
            "segment_of", "escape_part", "unescape_part", "pause_again", "get_interrupt_id", "answers_below",
-           "answered_earlier", "retire_failed_answers", "reissue_ids",
+           "answered_earlier", "retire_failed_answers", "reissue_ids", "paused_records", "due_answers",
            "pending_interrupt_ids", "static_pauses", "awaits_answer", "record_awaits", "has_static_pause",
            "interrupt_info"]
 
@@ -136,6 +137,20 @@ def has_static_pause(pos: RunPosition) -> bool:
     """True when this run or a nested one stopped at an interrupt_before / interrupt_after."""
     return bool(pos.paused_before or pos.paused_after) or any(
         r.child is not None and has_static_pause(r.child) for r in _with_subs(pos.interrupts.values()))
+
+
+def paused_records(pos: RunPosition) -> Iterator[InterruptRecord]:
+    """Every pause of a run that waits for an answer itself (a root cause), nested runs' included."""
+    for record in _with_subs(pos.interrupts.values()):
+        if record.child is not None:
+            yield from paused_records(record.child)
+        elif not record.subs:
+            yield record
+
+
+def due_answers(pos: RunPosition, now: float) -> dict[str, Any]:
+    """`{interrupt id: Expired(deadline)}` for each pause of the run whose deadline is at or before `now`."""
+    return {r.id: Expired(r.deadline) for r in paused_records(pos) if r.deadline is not None and r.deadline <= now}
 
 
 def _with_subs(records: Any) -> Iterator[InterruptRecord]:
@@ -350,6 +365,8 @@ def _rebuilt(record: InterruptRecord) -> Interrupt:
               else StatefulInterrupt(record.info, record.state) if record.has_state else Interrupt(record.info))
     signal.address, signal.id, signal.above = record.address, record.id, list(record.above)
     signal.child = record.child
+    signal.deadline, signal.expires_in = record.deadline, record.expires_in
+    signal.on_deadline, signal.has_on_deadline = record.on_deadline, record.has_on_deadline
     return signal
 
 
@@ -379,12 +396,13 @@ def interrupt_info(pos: RunPosition, address: str, answered: frozenset[str] = fr
                 walk(record.child, record.address, (*prefix, key))
                 continue
             ctx = InterruptCtx(id=record.id, address=record.address, info=record.info,
-                               is_root_cause=not record.subs, parent=None)
+                               is_root_cause=not record.subs, parent=None, deadline=record.deadline)
             for sub in record.subs:
                 if sub.child is not None:  # a run nested in one call (an agent used as a tool): its own pauses
                     walk(sub.child, sub.address, (*prefix, key))
                     continue
-                add(InterruptCtx(id=sub.id, address=sub.address, info=sub.info, is_root_cause=True, parent=ctx))
+                add(InterruptCtx(id=sub.id, address=sub.address, info=sub.info, is_root_cause=True, parent=ctx,
+                                 deadline=sub.deadline))
             if not record.subs:
                 add(ctx)
         for point, key, when, pause_id in static_pauses(pos, address):

@@ -5,7 +5,7 @@
   `ctx.resumed_metadata`, and — when `replace_input` gave it new arguments — `ctx.original_input`.
   A restarted tool may pause again.
 
-Every decision about a paused call (approved, rejected, responded, restarted) becomes a `Decision`:
+Every decision about a paused call (approved, rejected, responded, restarted, expired) becomes a `Decision`:
 published as an event and kept in the agent's state, so the run's history shows it and the version of
 the resume that made it.
 """
@@ -19,7 +19,8 @@ from ..codec import register_type
 
 __all__ = ["Respond", "Restart", "Decision", "Verb"]
 
-Verb = Literal["approved", "rejected", "responded", "restarted"]
+Verb = Literal["approved", "rejected", "responded", "restarted", "expired"]
+""""expired": nobody answered by the pause's deadline (the reason says when); no person decided."""
 
 
 @register_type(name="waypoint.Respond")

@@ -151,6 +151,14 @@ function when(seconds) {
   return seconds ? new Date(seconds * 1000).toLocaleString() : "-";
 }
 
+function span(seconds) {
+  const s = Math.ceil(seconds);
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
+}
+
 function runHref(cid) {
   return `ui/runs/${encodeURIComponent(cid)}`;
 }
@@ -279,6 +287,11 @@ function card(item, showRun) {
     head.append(" in run ", link);
   }
   head.append(el("span", "paused", `paused ${when(item.paused_at)} (version ${item.version})`));
+  if (typeof item.expires_in === "number") {  // seconds left by the store's clock when the list was read
+    const left = item.expires_in > 0 ? `expires in ${span(item.expires_in)} (${when(Date.now() / 1000 + item.expires_in)})`
+      : "expired: nobody answered in time; it is being " + (item.kind === "approval" ? "rejected" : "ended");
+    head.append(el("span", item.expires_in > 0 ? "expires" : "expires due", left));
+  }
   li.append(head);
   const path = Array.isArray(item.run_path) ? item.run_path : [];
   if (path.length > 1) {  // asked inside an agent another agent called: say whose call it is

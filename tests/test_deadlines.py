@@ -1,0 +1,327 @@
+"""Pauses with deadlines (docs/resume.md, "Deadlines"): a pause nobody answers in time is answered by its deadline
+— an approval rejected as expired, a sleep woken — by whoever recovers runs, on the store's clock, exactly once
+against an answer that races it; an answer that came in time is never expired and one that comes late is refused.
+
+Cross-process cases drive tests/procs/deadline_app.py on a SQLite file: one process pauses and exits, another
+recovers (the embedder's `recover(watch=True)` loop, or `waypoint serve`) or answers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+
+from waypoint.engine import (END, START, ChatModelAgent, Expired, Graph, GraphInterrupted, Interrupt, Message,
+                             PauseExpired, ToolCall, get_resume_context, read_run, recover, tool)
+from waypoint.engine.keep.store import CheckpointMeta
+from waypoint.middleware import ApprovalMiddleware, ApprovalResult
+from waypoint.stores import MemoryStore, SQLiteStore
+
+from service_support import ServeProcess, wait_until
+
+PROC = Path(__file__).parent / "procs" / "deadline_app.py"
+SLACK = 30.0
+"""Seconds past a deadline by which a loaded machine has surely expired it (recovery looks every 0.2 s)."""
+
+
+def app(tmp_path: Path, *args: str, check: bool = True) -> dict:
+    out = subprocess.run([sys.executable, str(PROC), str(tmp_path / "app.db"), *args], capture_output=True,
+                         text=True, timeout=120, env=_env(tmp_path))
+    assert out.returncode == 0 or not check, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "EFFECTS": str(tmp_path / "effects.txt")}
+
+
+def recovering(tmp_path: Path, every: float = 0.2) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(PROC), str(tmp_path / "app.db"), "recover", "--every", str(every)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(tmp_path))
+
+
+def effects(tmp_path: Path) -> list[str]:
+    path = tmp_path / "effects.txt"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+async def _newest(db: Path, cid: str) -> CheckpointMeta:
+    store = SQLiteStore(db)
+    try:
+        return (await store.history(cid, limit=1))[0]
+    finally:
+        await store.close()
+
+
+async def _snapshot(db: Path, cid: str):
+    store = SQLiteStore(db)
+    try:
+        return await read_run(store, cid), await store.clock()
+    finally:
+        await store.close()
+
+
+def newest(tmp_path: Path, cid: str) -> CheckpointMeta:
+    return asyncio.run(_newest(tmp_path / "app.db", cid))
+
+
+def until_rest(tmp_path: Path, cid: str, timeout: float) -> CheckpointMeta:
+    return wait_until(lambda: (m := newest(tmp_path, cid)).status == "completed" and m, timeout, f"run {cid} ends")
+
+
+def store_clock_now(tmp_path: Path) -> float:
+    return asyncio.run(_snapshot(tmp_path / "app.db", "none"))[1]
+
+
+def wait_past(tmp_path: Path, deadline: float) -> None:
+    wait_until(lambda: store_clock_now(tmp_path) > deadline, SLACK, "the deadline to pass on the store's clock")
+
+
+def stop(proc: subprocess.Popen) -> str:
+    proc.kill()
+    _, err = proc.communicate(timeout=30)
+    return err
+
+
+# --- the acceptance: an approval nobody answers --------------------------------------------------------------
+
+def test_an_approval_nobody_answers_is_rejected_as_expired_by_the_recovery_loop_and_the_tool_never_runs(tmp_path):
+    paused = app(tmp_path, "pause", "r1", "--expires", "2")["r1"]
+    meta = newest(tmp_path, "r1")
+    assert meta.status == "interrupted" and meta.deadline == pytest.approx(paused["deadline"])
+    snap, now = asyncio.run(_snapshot(tmp_path / "app.db", "r1"))
+    assert 0 < paused["deadline"] - now <= 2.0  # counted from when the pause was stored, on the store's clock
+    recovery = recovering(tmp_path)
+    try:
+        done = until_rest(tmp_path, "r1", 2.0 + SLACK)
+    finally:
+        err = stop(recovery)
+    assert effects(tmp_path) == []  # the tool never ran
+    snap, _ = asyncio.run(_snapshot(tmp_path / "app.db", "r1"))
+    told = snap.state.messages[-1].content
+    assert told.startswith("model read: tool 'execute' disapproved: the approval expired at ") and \
+        told.endswith(" without an answer"), told
+    (decision,) = snap.state.decisions
+    assert decision.verb == "expired" and decision.tool == "execute" and decision.reason.startswith("no answer by ")
+    assert done.updated_at >= paused["deadline"]  # never before its time (one host: the clocks agree)
+    assert "no answer came by the deadline of interrupt " + paused["iid"] in err, err[-2000:]
+
+
+def test_waypoint_serve_shows_the_time_left_and_expires_the_approval(tmp_path):
+    paused = app(tmp_path, "pause", "r1", "--expires", "6")["r1"]
+    serve = ServeProcess(tmp_path, agents="deadline_app:ops", db=str(tmp_path / "app.db"),
+                         env={"EFFECTS": str(tmp_path / "effects.txt")})
+    try:
+        client = httpx.Client(base_url=serve.url, headers={"Authorization": f"Bearer {serve.token}"}, timeout=30)
+        run = client.get("/runs/r1").json()
+        if run["status"] == "interrupted":  # read before its deadline (a loaded machine may be late)
+            (pending,) = run["interrupts"]
+            assert pending["deadline"] == pytest.approx(paused["deadline"]) and 0 < pending["expires_in"] <= 6
+            (listed,) = [a for a in client.get("/approvals").json()["approvals"] if a["checkpoint_id"] == "r1"]
+            assert listed["deadline"] == pytest.approx(paused["deadline"]) and listed["expires_in"] <= 6
+        ended = wait_until(lambda: (r := client.get("/runs/r1").json())["status"] == "completed" and r, 6 + SLACK,
+                           "the approval to expire under waypoint serve")
+        assert [d["verb"] for d in ended["decisions"]] == ["expired"]
+        assert "the approval expired at" in ended["messages"][-1]["content"]
+        assert effects(tmp_path) == []
+    finally:
+        serve.stop()
+
+
+# --- answers in time, answers too late, and the race between them ------------------------------------------
+
+def test_a_run_answered_before_its_deadline_is_never_expired(tmp_path):
+    paused = app(tmp_path, "pause", "r1", "--expires", "1.5")["r1"]
+    assert app(tmp_path, "answer", "r1", paused["iid"]) == {"out": "model read: ran echo hi"}
+    wait_past(tmp_path, paused["deadline"])
+    outcomes = asyncio.run(_recover_once(tmp_path))
+    assert outcomes == []  # nothing was due: the run had moved on
+    assert effects(tmp_path) == ["r1 echo hi"]
+    assert newest(tmp_path, "r1").deadline is None
+
+
+def test_an_answer_after_the_deadline_is_refused_and_writes_nothing(tmp_path):
+    paused = app(tmp_path, "pause", "r1", "--expires", "0.5")["r1"]
+    before = newest(tmp_path, "r1")
+    wait_past(tmp_path, paused["deadline"])
+    late = app(tmp_path, "answer", "r1", paused["iid"])
+    assert late["kind"] == "PauseExpired" and f"interrupt {paused['iid']} expired at" in late["error"], late
+    assert "run 'r1'" in late["error"] and "nothing was written" in late["error"]
+    assert newest(tmp_path, "r1").version == before.version and effects(tmp_path) == []
+    (outcome,) = asyncio.run(_recover_once(tmp_path))
+    assert outcome.checkpoint_id == "r1" and outcome.outcome == "expired"
+    assert effects(tmp_path) == []
+
+
+def test_an_answer_racing_the_expiry_gives_each_run_exactly_one_outcome(tmp_path):
+    ids = [f"r{i}" for i in range(8)]
+    paused = app(tmp_path, "pause", *ids, "--expires", "10")  # the answers' processes are up well before
+    recovery = recovering(tmp_path, every=0.02)
+    try:
+        # each answer lands at its own moment around its run's deadline: some before, some after, some at once
+        answers = [subprocess.Popen([sys.executable, str(PROC), str(tmp_path / "app.db"), "answer", cid,
+                                     paused[cid]["iid"], "--at", str(paused[cid]["deadline"] + (i - 4) * 0.01)],
+                                    stdout=subprocess.PIPE, text=True, env=_env(tmp_path))
+                   for i, cid in enumerate(ids)]
+        said = [json.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in answers]
+        for cid in ids:
+            until_rest(tmp_path, cid, 10 + SLACK)
+    finally:
+        stop(recovery)
+    ran = effects(tmp_path)
+    for cid, answer in zip(ids, said):
+        snap, _ = asyncio.run(_snapshot(tmp_path / "app.db", cid))
+        verbs = [d.verb for d in snap.state.decisions]
+        if "out" in answer:  # the answer won: the call ran once, and nothing expired it
+            assert verbs == ["approved"] and ran.count(f"{cid} echo hi") == 1, (cid, verbs, ran)
+        else:  # the expiry won: the answer was refused, the call never ran
+            assert answer["kind"] in ("PauseExpired", "CheckpointConflict", "UnknownInterrupt", "CheckpointError"), \
+                answer
+            assert verbs == ["expired"] and f"{cid} echo hi" not in ran, (cid, verbs, ran)
+
+
+async def _recover_once(tmp_path: Path):
+    sys.path.insert(0, str(PROC.parent))
+    try:
+        import deadline_app
+    finally:
+        sys.path.remove(str(PROC.parent))
+    store = SQLiteStore(tmp_path / "app.db")
+    try:
+        return await recover([deadline_app.agent(store, 1.0), deadline_app.sleeper(store, 1.0)])
+    finally:
+        await store.close()
+
+
+# --- a durable sleep ---------------------------------------------------------------------------------------
+
+def test_a_graph_sleeps_without_a_process_and_wakes_after_its_deadline_in_another(tmp_path):
+    paused = app(tmp_path, "sleep", "s1", "--seconds", "1.5")["s1"]
+    snap, now = asyncio.run(_snapshot(tmp_path / "app.db", "s1"))
+    (pending,) = snap.waits_for
+    assert pending.kind == "sleep" and pending.info.note == "cool down" and pending.deadline == paused["deadline"]
+    assert effects(tmp_path) == []  # the node did not go on: the process that paused it has exited
+    recovery = recovering(tmp_path)
+    try:
+        until_rest(tmp_path, "s1", 1.5 + SLACK)
+    finally:
+        stop(recovery)
+    snap, _ = asyncio.run(_snapshot(tmp_path / "app.db", "s1"))
+    assert snap.output == 20
+    (woke,) = effects(tmp_path)
+    assert float(woke.split()[1]) >= paused["deadline"]  # not before its time, by the store's clock
+
+
+# --- in one process: the rules ---------------------------------------------------------------------------
+
+def _asker(**interrupt):
+    def ask(x):
+        is_target, has_data, data = get_resume_context()
+        if not has_data:
+            raise Interrupt({"question": "go on?"}, **interrupt)
+        return {"got": data}
+
+    g = Graph(name="asker")
+    g.add_node("ask", ask)
+    g.add_edge(START, "ask")
+    g.add_edge("ask", END)
+    return g
+
+
+async def _paused(app, cid="g1"):
+    with pytest.raises(GraphInterrupted) as paused:
+        await app.ainvoke(1, checkpoint_id=cid)
+    (ctx,) = paused.value.info.contexts
+    return ctx
+
+
+async def _due(store, deadline: float) -> None:
+    while await store.clock() <= deadline:
+        await asyncio.sleep(0.01)
+
+
+async def test_a_deadline_is_counted_on_the_stores_clock_whatever_this_process_thinks(tmp_path, monkeypatch):
+    store = SQLiteStore(tmp_path / "g.db")
+    app = _asker(deadline=timedelta(seconds=30)).compile(store=store)
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3600)  # this process's clock is an hour fast
+    ctx = await _paused(app)
+    stored = await store.clock()
+    monkeypatch.setattr(time, "time", real)
+    assert 29 < ctx.deadline - stored <= 30, ctx.deadline - stored
+    assert await store.list_due() == []
+    await store.close()
+
+
+async def test_on_deadline_is_the_answer_the_node_gets_and_expired_is_refused_before_it_is_due():
+    store = MemoryStore()
+    app = _asker(deadline=0.3, on_deadline="carried on alone").compile(store=store)
+    ctx = await _paused(app)
+    with pytest.raises(PauseExpired, match="is not due until"):
+        await app.ainvoke(None, checkpoint_id="g1", resume={ctx.id: Expired(ctx.deadline)})
+    await _due(store, ctx.deadline)
+    (outcome,) = await recover([app])
+    assert outcome.outcome == "expired"
+    assert (await app.get_run("g1")).output == {"got": "carried on alone"}
+
+
+async def test_expired_is_no_answer_for_a_pause_without_a_deadline():
+    app = _asker().compile(store=MemoryStore())
+    ctx = await _paused(app)
+    assert ctx.deadline is None
+    with pytest.raises(PauseExpired, match="has no deadline"):
+        await app.ainvoke(None, checkpoint_id="g1", resume={ctx.id: Expired(time.time())})
+
+
+def test_a_deadline_must_say_a_time():
+    with pytest.raises(ValueError, match="needs a timezone"):
+        Interrupt("x", deadline=datetime(2030, 1, 1))
+    with pytest.raises(ValueError, match="finite number of seconds"):
+        Interrupt("x", deadline="tomorrow")
+    with pytest.raises(ValueError, match="needs a deadline"):
+        Interrupt("x", on_deadline="y")
+    from waypoint.engine import GraphBuildError
+
+    with pytest.raises(GraphBuildError, match="on_expiry='reject'"):
+        ApprovalMiddleware({"x"}, expires_after=5, on_expiry="approve")
+    with pytest.raises(GraphBuildError, match="expires_after"):
+        ApprovalMiddleware({"x"}, expires_after=0)
+
+
+class _TwoCalls:
+    async def generate(self, messages, **_):
+        if messages[-1].role == "tool":
+            return Message.assistant("done")
+        return Message.assistant(tool_calls=[ToolCall(id="a", name="pay", arguments='{"n": 1}'),
+                                             ToolCall(id="b", name="pay", arguments='{"n": 2}')])
+
+    async def stream(self, messages, **_):
+        yield await self.generate(messages)
+
+
+async def test_a_pause_shown_again_keeps_its_first_deadline():
+    @tool
+    def pay(n: int) -> str:
+        """Pay."""
+        return f"paid {n}"
+
+    store = MemoryStore()
+    app = ChatModelAgent(name="payer", model=_TwoCalls(), tools=[pay],
+                         middlewares=[ApprovalMiddleware({"pay"}, expires_after=600)]).compile(store=store)
+    with pytest.raises(GraphInterrupted) as paused:
+        await app.ainvoke("pay both", checkpoint_id="p1")
+    first, second = paused.value.info.contexts
+    await asyncio.sleep(0.05)
+    with pytest.raises(GraphInterrupted) as again:
+        await app.ainvoke(None, checkpoint_id="p1", resume={first.id: ApprovalResult(approved=True)})
+    (still,) = again.value.info.contexts
+    assert still.id == second.id and still.deadline == second.deadline  # not pushed back by the first answer
+    assert (await store.history("p1", limit=1))[0].deadline == second.deadline

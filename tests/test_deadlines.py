@@ -325,3 +325,47 @@ async def test_a_pause_shown_again_keeps_its_first_deadline():
     (still,) = again.value.info.contexts
     assert still.id == second.id and still.deadline == second.deadline  # not pushed back by the first answer
     assert (await store.history("p1", limit=1))[0].deadline == second.deadline
+
+
+async def test_a_node_that_asks_again_keeps_its_pauses_first_deadline():
+    def ask(name):
+        def node(x):
+            is_target, has_data, data = get_resume_context()
+            if not has_data:
+                raise Interrupt({"ask": name}, deadline=timedelta(seconds=600))
+            return {name: data}
+        return node
+
+    def both(state):
+        if not get_resume_context()[1]:
+            raise Interrupt({"ask": "both"}, deadline=timedelta(seconds=600))
+        return state
+
+    g = Graph(name="twice")
+    g.add_node("one", ask("one"))
+    g.add_node("two", both)
+    g.add_edge(START, "one")
+    g.add_edge("one", "two")
+    g.add_edge("two", END)
+    store = MemoryStore()
+    app = g.compile(store=store)
+    first = await _paused(app)
+    await asyncio.sleep(0.05)
+    with pytest.raises(GraphInterrupted) as again:  # targeted without data: the node asks again, same pause
+        await app.ainvoke(None, checkpoint_id="g1", resume=[first.id])
+    (still,) = again.value.info.contexts
+    assert still.id == first.id and still.deadline == first.deadline
+
+
+def test_runs_show_says_when_a_pause_expires_by_the_stores_clock(tmp_path):
+    paused = app(tmp_path, "pause", "r1", "--expires", "600")["r1"]
+    waypoint = str(Path(sys.executable).parent / "waypoint")
+    shown = subprocess.run([waypoint, "runs", "show", "r1", "--db", str(tmp_path / "app.db")], capture_output=True,
+                           text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    (line,) = [ln for ln in shown.stdout.splitlines() if ln.strip().startswith("deadline")]
+    assert "left by the store's clock" in line and (" min " in line or " s left" in line), line
+    as_json = subprocess.run([waypoint, "runs", "show", "r1", "--db", str(tmp_path / "app.db"), "--json"],
+                             capture_output=True, text=True, timeout=60)
+    (pending,) = json.loads(as_json.stdout)["interrupts"]
+    assert pending["deadline"] == pytest.approx(paused["deadline"]) and 0 < pending["expires_in"] <= 600

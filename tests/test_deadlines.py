@@ -369,3 +369,34 @@ def test_runs_show_says_when_a_pause_expires_by_the_stores_clock(tmp_path):
                              capture_output=True, text=True, timeout=60)
     (pending,) = json.loads(as_json.stdout)["interrupts"]
     assert pending["deadline"] == pytest.approx(paused["deadline"]) and 0 < pending["expires_in"] <= 600
+
+
+def _asker_v2(renamed: bool = False):
+    def ask(x):
+        if not get_resume_context()[1]:
+            raise Interrupt({"question": "go on?"}, deadline=0.3, on_deadline="no answer")
+        return {"got": get_resume_context()[2]}
+
+    g = Graph(name="asker")
+    at = "ask_again" if renamed else "ask"
+    g.add_node(at, ask)
+    g.add_node("audit", lambda d: {**d, "audited": True})
+    g.add_edge(START, at)
+    g.add_edge(at, "audit")
+    g.add_edge("audit", END)
+    return g
+
+
+async def test_after_a_deploy_the_next_version_expires_what_the_last_one_paused(tmp_path, caplog):
+    store = SQLiteStore(tmp_path / "g.db")
+    v1 = _asker(deadline=0.3, on_deadline="no answer").compile(store=store)
+    ctx = await _paused(v1)
+    await _due(store, ctx.deadline)
+    assert await recover([_asker_v2(renamed=True).compile(store=store)]) == []  # cannot continue it: left
+    assert "written by a graph this process does not serve" in caplog.text
+    (outcome,) = await recover([_asker_v2().compile(store=store)])  # an added node: it can
+    assert outcome.outcome == "expired"
+    assert (await store.history("g1", limit=1))[0].status == "completed"
+    snap = await read_run(store, "g1")
+    assert snap.output == {"got": "no answer", "audited": True}
+    await store.close()

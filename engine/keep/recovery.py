@@ -21,7 +21,9 @@ rules (docs/resume.md, "Recovery"):
    version the decision was made from (`expected_version`); a process that loses gets `CheckpointConflict`
    and leaves the run to the winner.
 5. **Only runs of the graphs given**, matched by the fingerprint of their newest version (the graph's name
-   and shape). A run of another graph is left for a process that serves it (said once in the log).
+   and shape) — or, for a run written by another version of a graph given (a deploy), by its name, when the
+   change cannot change what the run already did (`deploy_conflicts`, docs/resume.md "Deploys"). A run of
+   another graph, or of an incompatible version, is left for a process that serves it (said once in the log).
 6. **Bounded:** at most `concurrency` runs are continued at once by one call.
 7. **Given up after `max_attempts`:** a run whose last `max_attempts` takeovers each ended before it wrote
    anything after its claim (`RunPosition.takeovers`, counted by the engine at every takeover) is stored
@@ -51,10 +53,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import (CheckpointConflict, CheckpointNotFound, GraphInterrupted, PauseExpired, StoreUnavailable,
-                      WaypointError)
+from ..errors import (CheckpointConflict, CheckpointNotFound, GraphInterrupted, GraphMismatch, PauseExpired,
+                      StoreUnavailable, WaypointError)
 from ..run import due_answers
 from .checkpoint import Checkpointer, fingerprint
+from .content import deploy_conflicts
 from .owners import OwnerState, owner_state
 from .store import store_clock
 
@@ -80,8 +83,8 @@ class Recovered:
     """The run's version the decision was made from."""
     outcome: str
     """"completed", "interrupted" (paused for a person), "failed", "gave up" (stored failed after
-    `max_attempts`), "expired" (a due pause was answered by its deadline, rule 9), "handed over" (an `execute`
-    hook took it), "taken" (another process continued it
+    `max_attempts`), "expired" (a due pause was answered by its deadline, rule 9), "refused" (this version
+    cannot continue it: `GraphMismatch`), "handed over" (an `execute` hook took it), "taken" (another process continued it
     first, or it moved on), or "error" (the store failed: tried again at the next pass)."""
     detail: str = ""
 
@@ -118,7 +121,7 @@ async def recover(graphs: Iterable[Any], *, watch: bool = False, every: float = 
 
 @dataclass(frozen=True)
 class _Candidate:
-    graph: Any
+    graph: Any | None
     meta: Any
     why: str
     release: bool
@@ -145,6 +148,7 @@ class _Recovery:
         self.execute_answers = execute is not None and _takes_resume(execute)
         self.active: dict[str, asyncio.Task] = {}  # runs this call is continuing, by checkpoint ID
         self.unserved: set[tuple[str, int]] = set()
+        self.named: dict[tuple[str, int], Any] = {}  # (run, version) of another fingerprint -> the graph that may
         self.handed: set[tuple[str, int]] = set()  # (run, version) an `execute` hook took over
 
     async def once(self) -> list[Recovered]:
@@ -192,6 +196,8 @@ class _Recovery:
             page = await store.list(status="running", limit=_PAGE, before=before)
             for meta in page:
                 candidate = self._judge(meta, now, served)
+                if candidate is not None and candidate.graph is None:
+                    candidate = await self._deployed(store, candidate, served)
                 if candidate is not None:
                     found.append(candidate)
             if len(page) < _PAGE:
@@ -200,11 +206,12 @@ class _Recovery:
         for meta in await _due(store, now):
             if meta.checkpoint_id in self.active or (meta.checkpoint_id, meta.version) in self.handed:
                 continue
-            graph = served.get(meta.fingerprint)
-            if graph is None:
-                self._unserved(meta, f"its pause's deadline passed {now - meta.deadline:.1f} s ago")
-                continue
-            found.append(_Candidate(graph, meta, "its pause's deadline passed", False, due=True))
+            candidate = _Candidate(served.get(meta.fingerprint), meta,
+                                   f"its pause's deadline passed {now - meta.deadline:.1f} s ago", False, due=True)
+            if candidate.graph is None:
+                candidate = await self._deployed(store, candidate, served)
+            if candidate is not None:
+                found.append(candidate)
         return found
 
     def _judge(self, meta: Any, now: float, served: dict[str, Any]) -> _Candidate | None:
@@ -217,11 +224,21 @@ class _Recovery:
             why, release = f"its process ({meta.lease_owner}) is gone from this host", True
         else:
             return None  # a live owner: this process, a live PID here, or a live lease from elsewhere
-        graph = served.get(meta.fingerprint)
+        return _Candidate(served.get(meta.fingerprint), meta, why, release)
+
+    async def _deployed(self, store: Any, c: _Candidate, served: dict[str, Any]) -> _Candidate | None:
+        """A run written by another version of a graph this process serves: continued by this version when the
+        change cannot change what the run already did (docs/resume.md, "Deploys"); else left, said once (rule 5)."""
+        key = (c.meta.checkpoint_id, c.meta.version)
+        if key not in self.named:
+            if len(self.named) >= _MEMORY:
+                self.named.clear()
+            self.named[key] = await _compatible(store, c.meta, served)
+        graph = self.named[key]
         if graph is None:
-            self._unserved(meta, why)
+            self._unserved(c.meta, c.why)
             return None
-        return _Candidate(graph, meta, why, release)
+        return _Candidate(graph, c.meta, c.why + " (written by an earlier version of the graph)", c.release, c.due)
 
     def _unserved(self, meta: Any, why: str) -> None:
         key = (meta.checkpoint_id, meta.version)
@@ -310,6 +327,9 @@ class _Recovery:
             return self._done(c, "interrupted", "it paused and waits for an answer")
         except CheckpointConflict as err:
             return self._done(c, "taken", str(err))
+        except GraphMismatch as err:  # refused before its claim (a pending call's tool this version lacks)
+            self._handed(cid, meta.version)  # said once, not at every look while it stays at this version
+            return self._done(c, "refused", str(err))
         except StoreUnavailable:
             raise
         except Exception as err:  # noqa: BLE001 - the run's own failure, stored with the run
@@ -367,6 +387,24 @@ async def _resume(graph: Any, meta: Any, *, resume: Any = None) -> str:
     """The default continuation: the engine's resume, claimed by compare-and-set on the version judged."""
     await graph.ainvoke(None, checkpoint_id=meta.checkpoint_id, expected_version=meta.version, resume=resume)
     return "completed"
+
+
+async def _compatible(store: Any, meta: Any, served: dict[str, Any]) -> Any | None:
+    """The served graph of the run's name that may continue it (its changes cannot change what the run did), or
+    None (another graph's run, an incompatible version, or one this process cannot read)."""
+    graphs = list(served.values())
+    try:
+        reader = Checkpointer(store=store, serializer=graphs[0].get_serializer(), checkpoint_id=meta.checkpoint_id,
+                              graph_structure=graphs[0].structure)
+        loaded = await reader.load()
+    except Exception:  # noqa: BLE001 - unreadable here (another codec or key): a process serving it continues it
+        return None
+    if loaded is None or loaded.meta.version != meta.version:
+        return None
+    named = [g for g in graphs if g.name == loaded.structure.get("name")]
+    if len(named) != 1 or deploy_conflicts(loaded.structure, named[0].structure, loaded.position):
+        return None
+    return named[0]
 
 
 async def _due(store: Any, now: float) -> list[Any]:

@@ -121,10 +121,10 @@ def test_a_map_or_set_of_keys_sharing_one_hash_is_refused_by_structure(kind) -> 
         value = [msgpack.ExtType(ExtCode.FROZENSET, b""),
                  *(msgpack.ExtType(ExtCode.UUID, k.to_bytes(16, "big")) for k in colliding_ints(n))]
     body = body_of(value)
-    started = time.perf_counter()
+    started = time.process_time()  # this process's CPU: what flooding costs, whatever else the machine runs
     with pytest.raises(CheckpointCorrupted, match="hash"):
         decode_value(body)
-    assert time.perf_counter() - started < 0.5
+    assert time.process_time() - started < 0.5
 
 
 def test_a_map_with_tuple_keys_sharing_one_hash_is_refused() -> None:

@@ -289,6 +289,9 @@ class _Recovery:
             return self._done(c, "expired", "it paused again and waits for an answer")
         except (CheckpointConflict, PauseExpired) as err:
             return self._done(c, "taken", str(err))
+        except GraphMismatch as err:
+            self._handed(cid, meta.version)
+            return self._done(c, "refused", str(err))
         except StoreUnavailable:
             raise
         except Exception as err:  # noqa: BLE001 - the run's own failure (stored with it), or a refusal to resume it

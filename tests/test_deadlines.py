@@ -400,3 +400,20 @@ async def test_after_a_deploy_the_next_version_expires_what_the_last_one_paused(
     snap = await read_run(store, "g1")
     assert snap.output == {"got": "no answer", "audited": True}
     await store.close()
+
+
+def test_a_waypoint_worker_expires_a_due_approval_through_the_queue(tmp_path):
+    paused = app(tmp_path, "pause", "r1", "--expires", "2")["r1"]
+    env = {**_env(tmp_path), "DEADLINE_EXPIRES": "2",
+           "PYTHONPATH": os.pathsep.join([str(PROC.parent), os.environ.get("PYTHONPATH", "")])}
+    worker = subprocess.Popen([sys.executable, "-m", "waypoint.cmd.main", "worker", "--db", str(tmp_path / "app.db"),
+                               "--graphs", "deadline_app:ops", "--poll", "0.2"], env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        until_rest(tmp_path, "r1", 2 + SLACK)
+    finally:
+        err = stop(worker)
+    snap, _ = asyncio.run(_snapshot(tmp_path / "app.db", "r1"))
+    assert [d.verb for d in snap.state.decisions] == ["expired"], err[-3000:]
+    assert "the approval expired at" in snap.state.messages[-1].content and effects(tmp_path) == []
+    assert paused["iid"] in err  # the worker said which pause it expired

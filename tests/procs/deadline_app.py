@@ -51,15 +51,17 @@ class AsksToExecute:
         yield await self.generate(messages)
 
 
-def ops(expires: float | None = None) -> ChatModelAgent:
-    """The agent (`waypoint serve --agents deadline_app:ops` serves it; $DEADLINE_EXPIRES or 2 s approvals)."""
-    expires = expires if expires is not None else float(os.environ.get("DEADLINE_EXPIRES", "2"))
+def _ops(expires: float) -> ChatModelAgent:
     return ChatModelAgent(name="ops", model=AsksToExecute(), tools=[execute],
                           middlewares=[ApprovalMiddleware({"execute"}, expires_after=expires)])
 
 
+ops = _ops(float(os.environ.get("DEADLINE_EXPIRES", "2")))
+"""The agent `waypoint serve --agents deadline_app:ops` and `waypoint worker --graphs deadline_app:ops` run."""
+
+
 def agent(store: SQLiteStore, expires: float):
-    return ops(expires).compile(store=store)
+    return _ops(expires).compile(store=store)
 
 
 def sleeper(store: SQLiteStore, seconds: float):

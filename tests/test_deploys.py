@@ -162,3 +162,63 @@ def test_a_run_written_before_state_schemas_were_kept_resumes_and_what_it_holds_
     iid = tally(tmp_path, "v1", "pause", "legacy")["iid"]
     got = tally(tmp_path, "v2-removed", "resume", iid)  # but the fields it holds are
     assert got["kind"] == "GraphMismatch" and "state field 'note' is gone" in got["error"], got
+
+
+def runs(tmp_path: Path, *args: str) -> tuple[int, str, str]:
+    """`waypoint runs ... --db <the test's database>` as an operator types it, next to deploy_app.py (importable)."""
+    env = {**__import__("os").environ, "EFFECTS": str(tmp_path / "effects.txt"), "NO_COLOR": "1"}
+    waypoint = Path(sys.executable).with_name("waypoint")
+    out = subprocess.run([str(waypoint), "runs", *args, "--db", str(tmp_path / "app.db")],
+                         capture_output=True, text=True, timeout=120, env=env, cwd=PROC.parent)
+    return out.returncode, out.stdout, out.stderr
+
+
+def test_runs_migrate_answers_a_removed_tools_call_and_runs_resume_finishes_it_without_running_the_tool(tmp_path):
+    paused = deploy(tmp_path, "agent-v1", "pause")
+    graph = "deploy_app:agent_v2_dropped"
+    code, _, err = runs(tmp_path, "migrate", "run-1", "--graph", graph)  # no answer: refused, naming what to give
+    assert code == 1 and "--answer CALL_ID JSON" in err and "nothing was written" in err, err
+    code, out, err = runs(tmp_path, "migrate", "run-1", "--graph", graph, "--answer", paused["call"], '"by hand"',
+                          "--dry-run")
+    assert code == 0 and "migrate answer call_1 (execute)" in out and "nothing written (--dry-run)" in out, out + err
+    code, out, err = runs(tmp_path, "migrate", "run-1", "--graph", graph, "--answer", paused["call"], '"by hand"',
+                          "--json")
+    assert code == 0, err
+    written = json.loads(out)
+    assert written["written"] and written["status"] == "running" and written["origin"].endswith("answer call_1 (execute)")
+    code, out, err = runs(tmp_path, "resume", "run-1", "--graph", graph)
+    assert code == 0 and "responded execute (call call_1)" in out and "execute returned: by hand" in out, out + err
+    assert effects(tmp_path) == []
+
+
+def test_runs_migrate_refuses_a_node_the_new_version_does_not_have_and_moves_the_run_to_one_it_has(tmp_path):
+    iid = deploy(tmp_path, "graph-v1", "pause")["iid"]
+    graph = "deploy_app:graph_v2_renamed"
+    code, out, err = runs(tmp_path, "resume", "run-1", "--graph", graph, "--respond", iid, "true")
+    assert code == 1 and "waypoint runs migrate run-1" in err, err
+    code, _, err = runs(tmp_path, "migrate", "run-1", "--graph", graph, "--goto", "nope")
+    assert code == 1 and "goto='nope' is not a node" in err and "ask_again" in err, err
+    code, out, err = runs(tmp_path, "migrate", "run-1", "--graph", graph, "--goto", "ask_again")
+    assert code == 0 and "migrated at version 4 (interrupted, from run-1@3 migrate goto ask_again (from ask))" in out, err
+    again = deploy(tmp_path, "graph-v2-renamed", "resume")["paused"]
+    code, out, err = runs(tmp_path, "resume", "run-1", "--graph", graph, "--respond", again, "true")
+    assert code == 0 and "[output] \"done 3\"" in out, out + err
+    assert effects(tmp_path) == ["prepare 1"]
+
+
+def test_runs_migrate_gives_a_state_field_that_changed_type_its_new_value(tmp_path):
+    iid = tally(tmp_path, "v1", "pause")["iid"]
+    graph, db = "state_app:tally_v2_type", str(tmp_path / "state.db")
+    waypoint = Path(sys.executable).with_name("waypoint")
+
+    def migrate(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(waypoint), "runs", "migrate", "run-1", "--db", db, "--graph", graph, *args],
+                              capture_output=True, text=True, timeout=120, cwd=STATE.parent)
+
+    bad = migrate("--values", "[1]")
+    assert bad.returncode == 1 and "--values takes a JSON object" in bad.stderr, bad.stderr
+    missing = migrate("--values", "{}")
+    assert missing.returncode == 1 and "state field 'count' changed type: it was int, now str" in missing.stderr
+    done = migrate("--values", '{"count": "seven"}')
+    assert done.returncode == 0 and "migrate state count (int -> str)" in done.stdout, done.stderr
+    assert tally(tmp_path, "v2-type", "resume", iid) == {"out": "'seven' 'bumped'"}

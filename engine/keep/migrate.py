@@ -27,7 +27,7 @@ from ..shape.state_schema import StateChange, validate_field
 from .content import deploy_conflicts
 from .reading import Loaded
 
-__all__ = ["state_fitter", "move_run", "call_problems", "state_message", "pending_calls"]
+__all__ = ["state_fitter", "move_run", "call_problems", "state_message", "pending_calls", "standing_data"]
 
 CLI = "waypoint runs migrate {cid} --graph MODULE:ATTR"
 
@@ -125,7 +125,7 @@ def move_run(graph: GraphShape, loaded: Loaded, cid: str, *, goto: str | None, a
                     f"(`{CLI.format(cid=cid)} --goto NODE`)")
             raise GraphMismatch(f"run '{cid}' cannot be moved onto this version of graph '{graph.name}': "
                                 f"{'; '.join(conflicts)}{hint}; nothing was written")
-    answers = ResumeRequest.from_plain(pos.answers).data if answered else _answers(loaded)  # type: ignore[union-attr]
+    answers = ResumeRequest.from_plain(pos.answers).data if answered else standing_data(loaded)  # type: ignore[union-attr]
     problems = call_problems(graph, pos, answers)
     if problems:
         raise GraphMismatch(
@@ -141,7 +141,8 @@ def _fingerprint(graph: GraphShape) -> str:
     return fingerprint(graph.structure)
 
 
-def _answers(loaded: Loaded) -> dict[str, Any]:
+def standing_data(loaded: Loaded) -> dict[str, Any]:
+    """The answers a claim stored in the loaded version that still stand (interrupt ID -> data)."""
     meta = loaded.meta
     standing = standing_answers(loaded.position, meta.status, meta.error)
     return dict(standing.data) if standing is not None else {}

@@ -46,7 +46,7 @@ from ..run import Run, reissue_ids
 from ..shape import START, GraphShape, Update, apply_writes
 from .checkpoint import Checkpointer
 from .content import describe_difference
-from .migrate import move_run, state_fitter
+from .migrate import call_problems, move_run, standing_data, state_fitter
 from .owners import describe_owner
 from .store import CheckpointMeta, store_clock
 
@@ -78,7 +78,8 @@ async def update_state(graph: GraphShape, checkpoint_id: str, values: Any, as_no
     if loaded is None:
         raise CheckpointNotFound(f"run '{checkpoint_id}' has no version {version}")
     cp.version = head.version  # the compare-and-set is on the newest version, whichever one is edited
-    migrating = loaded.meta.fingerprint != cp.fingerprint or bool(notes) or goto is not None or bool(answer)
+    migrating = (loaded.meta.fingerprint != cp.fingerprint or bool(notes) or goto is not None or bool(answer)
+                 or bool(call_problems(graph, loaded.position, standing_data(loaded))))  # a deploy removed a tool
     if migrating and version is not None and version != head.version:
         raise GraphMismatch(f"run '{checkpoint_id}' version {version} was written by a different graph: "
                             f"{describe_difference(loaded.structure, graph.structure)}; a migration moves the "

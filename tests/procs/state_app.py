@@ -57,7 +57,7 @@ def finish(x, state):
     return f"{state.count!r} {getattr(state, 'note', None)!r}"
 
 
-def graph(version: str, store: SQLiteStore):
+def build(version: str) -> Graph:
     g = Graph(name="tally", state=state_class(version))
     g.add_node("bump", bump)
     g.add_node("ask", ask)
@@ -66,7 +66,16 @@ def graph(version: str, store: SQLiteStore):
     g.add_edge("bump", "ask")
     g.add_edge("ask", "finish")
     g.add_edge("finish", END)
-    return g.compile(store=store)
+    return g
+
+
+def graph(version: str, store: SQLiteStore):
+    return build(version).compile(store=store)
+
+
+def tally_v2_type() -> Graph:
+    """v2-type, for `waypoint runs migrate ... --graph state_app:tally_v2_type`."""
+    return build("v2-type")
 
 
 async def main(db: str, version: str, phase: str, arg: str | None) -> dict:

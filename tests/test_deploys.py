@@ -156,6 +156,9 @@ def test_a_run_written_before_state_schemas_were_kept_resumes_and_what_it_holds_
     iid = tally(tmp_path, "v1", "pause", "legacy")["iid"]  # its stored structure has no state schema
     assert tally(tmp_path, "v1", "resume", iid) == {"out": "0 'bumped'"}
     (tmp_path / "state.db").unlink()
+    iid = tally(tmp_path, "v1-dag", "pause", "legacy")["iid"]  # a DAG needs the same fingerprint: still the same
+    assert tally(tmp_path, "v1-dag", "resume", iid) == {"out": "0 'bumped'"}
+    (tmp_path / "state.db").unlink()
     iid = tally(tmp_path, "v1", "pause", "legacy")["iid"]
     assert tally(tmp_path, "v2-type", "resume", iid) == {"out": "0 'bumped'"}  # types unknown: not compared
     (tmp_path / "state.db").unlink()
@@ -222,3 +225,19 @@ def test_runs_migrate_gives_a_state_field_that_changed_type_its_new_value(tmp_pa
     done = migrate("--values", '{"count": "seven"}')
     assert done.returncode == 0 and "migrate state count (int -> str)" in done.stdout, done.stderr
     assert tally(tmp_path, "v2-type", "resume", iid) == {"out": "'seven' 'bumped'"}
+
+
+def test_keeping_the_state_schema_leaves_the_graph_fingerprint_what_it_was(tmp_path):
+    """The schema is stored beside the structure, not in the fingerprint: a run written before it was kept and one
+    written now by the same graph have one fingerprint (what `runs show`, `runs resume` and recovery match on)."""
+    waypoint = Path(sys.executable).with_name("waypoint")
+    prints = []
+    for legacy in ((), ("legacy",)):
+        tally(tmp_path, "v1", "pause", *legacy)
+        shown = subprocess.run([str(waypoint), "runs", "show", "run-1", "--db", str(tmp_path / "state.db"), "--graph",
+                                "state_app:tally_v1", "--json"], capture_output=True, text=True, timeout=120,
+                               cwd=STATE.parent)
+        assert shown.returncode == 0, shown.stderr
+        prints.append(json.loads(shown.stdout)["fingerprint"])
+        (tmp_path / "state.db").unlink()
+    assert prints[0] == prints[1]

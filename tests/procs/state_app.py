@@ -6,7 +6,7 @@
 
 Versions of the state `Tally` (registered under one name in each): v1 (`count: int`, `note: str`), v2-type
 (`count: str`), v2-removed (no `note`), v2-added (a `tags` list with a default), v2-required (an `owner` without a
-default); model-v1 / model-v2-type: the same as a pydantic model.
+default); model-v1 / model-v2-type: the same as a pydantic model; `<version>-dag`: the graph with trigger="all".
 """
 
 from __future__ import annotations
@@ -70,7 +70,14 @@ def build(version: str) -> Graph:
 
 
 def graph(version: str, store: SQLiteStore):
+    if version.endswith("-dag"):  # the same graph as a DAG, which resumes only under the fingerprint that wrote it
+        return build(version[:-4]).compile(store=store, trigger="all")
     return build(version).compile(store=store)
+
+
+def tally_v1() -> Graph:
+    """v1, for `waypoint runs ... --graph state_app:tally_v1`."""
+    return build("v1")
 
 
 def tally_v2_type() -> Graph:

@@ -22,8 +22,7 @@ from typing import Any
 
 from ..errors import GraphMismatch, UnknownInterrupt, WaypointError
 from ..run import InterruptRecord, ResumeRequest, RunPosition, segment_of, standing_answers
-from ..shape import END, START, GraphShape
-from ..shape.state_schema import StateChange, validate_field
+from ..shape import END, START, GraphShape, StateChange, validate_field
 from .content import deploy_conflicts
 from .reading import Loaded
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from ..errors import CheckpointCorrupted, WaypointError, describe
 from ..events import clean_trace
 from ..run import RunPosition
-from ..shape.state_schema import state_changes
+from ..shape import state_changes
 from .content import join_state, position_from_plain
 from .store import MAX_CHAIN, Checkpoint, CheckpointMeta, meta_problem, parts_problem, version_label
 

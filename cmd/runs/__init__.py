@@ -6,6 +6,8 @@
     waypoint runs resume  ID [--approve IID] [--reject IID --reason R] [--respond IID JSON]
                              [--graph M:A] [--takeover] [--project-root DIR]
                                                             continue it in this process
+    waypoint runs migrate ID --graph M:A [--goto NODE] [--answer CALL_ID JSON] [--values JSON] [--dry-run]
+                                                            move it onto the version deployed now
     waypoint runs delete  ID [--yes]                        remove it (asks on a terminal)
 
 Every command takes `--db PATH|URL` (default `$WAYPOINT_DB`, else `.waypoint/waypoint.db`) and `--json`.
@@ -59,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts")
     parser = argparse.ArgumentParser(prog="waypoint runs", parents=[common],
                                      description="Inspect, resume and delete stored runs.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="list|show|history|resume|delete")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="list|show|history|resume|migrate|delete")
     p = sub.add_parser("list", parents=[common], help="the newest version of each run, most recent first")
     p.add_argument("--status", choices=STATUSES, help="only runs with this status")
     p.add_argument("--limit", type=_positive, default=50, help="at most N runs (default: %(default)s)")
@@ -82,6 +84,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--project-root", type=Path, metavar="DIR",
                    help="for a chapter session (chapters 4-10) stored without its project root, or whose root is no "
                         "longer a directory: the directory its tools are confined to (otherwise the stored one is)")
+    p = sub.add_parser("migrate", parents=[common],
+                       help="move a run a deploy refused onto the version deployed now (it is written, not resumed)")
+    p.add_argument("id")
+    p.add_argument("--graph", metavar="MODULE:ATTR", required=True,
+                   help="the new version: a ChatModelAgent, Graph or CompiledGraph (or a function returning one)")
+    p.add_argument("--goto", metavar="NODE",
+                   help="continue the run at NODE of the new version, where it is at a node that version does not have")
+    p.add_argument("--answer", action="append", nargs=2, metavar=("CALL_ID", "JSON"),
+                   help="answer a pending call whose tool the new version removed with JSON as its result (the tool "
+                        "never runs); CALL_ID is the model's call ID or the interrupt ID (repeatable)")
+    p.add_argument("--values", metavar="JSON",
+                   help="a JSON object of state fields: a new value for each field whose type changed")
+    p.add_argument("--dry-run", action="store_true", help="show what it would write, and write nothing")
     p = sub.add_parser("delete", parents=[common], help="delete a run: every version, its blobs and its ledger")
     p.add_argument("id")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
@@ -222,6 +237,12 @@ async def _resume(args: Any, console: Console, hint: str) -> int:
     return await resume_command(args, console, hint)
 
 
+async def _migrate(args: Any, console: Console, hint: str) -> int:
+    from .migrate import migrate_command
+
+    return await migrate_command(args, console, hint)
+
+
 async def _delete(args: Any, console: Console, hint: str) -> int:
     async with opened_store(args.db) as store:
         metas = await store.history(args.id)
@@ -251,7 +272,8 @@ def _confirm(checkpoint_id: str, newest: Any, versions: int, console: Console, n
         raise RunsError(f"run {checkpoint_id!r} was not deleted")
 
 
-COMMANDS = {"list": _list, "show": _show, "history": _history, "resume": _resume, "delete": _delete}
+COMMANDS = {"list": _list, "show": _show, "history": _history, "resume": _resume, "migrate": _migrate,
+            "delete": _delete}
 
 
 if __name__ == "__main__":

@@ -200,8 +200,10 @@ def _check_graph(run: StoredRun, app: Any, what: str) -> None:
 
     if fingerprint(app.structure) != run.meta.fingerprint:
         change = describe_difference(run.structure, app.structure)
-        raise RunsError(f"run {run.meta.checkpoint_id!r} was written by another graph than {what}: {change}; "
-                        "pass --graph naming the graph that wrote it")
+        cid = run.meta.checkpoint_id
+        raise RunsError(f"run {cid!r} was written by another graph than {what}: {change}; pass --graph naming the "
+                        f"graph that wrote it, or move the run onto this one first: `waypoint runs migrate {cid} "
+                        "--graph MODULE:ATTR` (with --goto NODE, --answer CALL_ID JSON or --values JSON if it says so)")
 
 
 async def resume_command(args: Any, console: Console, hint: str) -> int:

@@ -131,6 +131,7 @@ class ChatModelAgent:
             return await self._tools(message, state, streaming)
 
         tools.resume_problem = self.tools_node.resume_problem  # type: ignore[attr-defined]  # a deploy's check
+        tools.answer_removed = self.tools_node.answer_removed  # type: ignore[attr-defined]  # and its migration
 
         g = Graph(name=self.name, state=AgentState)
         g.add_node("prompt", self._prompt)

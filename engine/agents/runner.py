@@ -248,6 +248,11 @@ class Runner:
         Empty when it waits for nothing; `CheckpointNotFound` for an unknown ID."""
         return await self.app.pending(checkpoint_id)
 
+    async def update_state(self, checkpoint_id: str, values: Any, as_node: str | None = None, **options: Any) -> Any:
+        """The agent's graph's `update_state` (`CompiledGraph.update_state`): edit a stored run's state, or move a
+        run a deploy refused onto this version of the agent (`goto=`, `answer={call_id: output}`)."""
+        return await self.app.update_state(checkpoint_id, values, as_node, **options)
+
     # --- sync helpers ---------------------------------------------------------------------------------
 
     def run_sync(self, messages: Any, *, checkpoint_id: str | None = None) -> list[AgentEvent]:

@@ -214,17 +214,23 @@ class CompiledGraph:
         return snap.waits_for
 
     async def update_state(self, checkpoint_id: str, values: Any, as_node: str | None = None, *,
-                           version: int | None = None, expected_version: int | None = None) -> Any:
+                           version: int | None = None, expected_version: int | None = None,
+                           goto: str | None = None, answer: dict[str, Any] | None = None) -> Any:
         """Edit a paused or finished run's state: `values` (a mapping of fields, or an `Update`) go through the
         fields' reducers and are written as the run's next version, by compare-and-set, with its origin
         (`"<id>@<version> update_state"`). `as_node` makes the edit that node's result: it does not run, and
         the run continues after it. `version` edits an older version. Returns the new `CheckpointMeta`.
 
+        Under a later version of the graph than the one that wrote the run, the edit moves the run onto this one
+        (origin `"<id>@<version> migrate ..."`): `goto="n"` continues it at node n where it is at a node this version
+        no longer has; `answer={call_id: output}` answers a pending call whose tool this version removed (the tool
+        never runs, the model reads `output`); `values` gives each state field that changed type its new value.
+
         Raises `CheckpointNotFound`, `CheckpointConflict` (a live lease, or a version written since
-        `expected_version`), `GraphMismatch`, and `GraphRunError` for a field the state does not have
-        (docs/resume.md, "Editing a run's state")."""
+        `expected_version`), `GraphMismatch` (this version could not continue the run even so), and
+        `GraphRunError` for a field the state does not have (docs/resume.md, "Editing a run's state", "Deploys")."""
         return await update_state(self.shape, checkpoint_id, values, as_node, version=version,
-                                  expected_version=expected_version)
+                                  expected_version=expected_version, goto=goto, answer=answer)
 
     def with_store(self, store: Any, *, durability: str | None = None) -> CompiledGraph:
         """The same graph (nodes, options, codec) recording to `store` instead (`durability` defaults to

@@ -34,6 +34,7 @@ from ..run import (
 from ..shape import END, START, GraphShape
 from .checkpoint import Checkpointer, Loaded
 from .content import deploy_conflicts, describe_difference
+from .migrate import call_problems, state_message
 from .owners import OwnerState, describe_owner, owner_state
 from .store import store_clock
 
@@ -77,7 +78,7 @@ class Admission:
             raise CheckpointExists(self._paused_message(loaded))
         if loaded.meta.status == "completed" and opts.version is None:
             raise CheckpointError(f"run '{self.source}' has completed; there is nothing to resume")
-        self._check_graph(loaded)
+        self._check_graph(loaded, request)
         branch = self.source != self.target or opts.version is not None
         retire_failed_answers(loaded.position, loaded.meta.status, f"runnable:{self.graph.name}")
         standing = None if branch else standing_answers(loaded.position, loaded.meta.status, loaded.meta.error)
@@ -132,7 +133,8 @@ class Admission:
             loaded = await self.cp.load(self.opts.version)
         else:
             reader = Checkpointer(store=self.graph.store, serializer=self.cp.serializer,
-                                  checkpoint_id=self.source, graph_structure=self.graph.structure)
+                                  checkpoint_id=self.source, graph_structure=self.graph.structure,
+                                  state_schema=self.graph.state_schema)
             loaded = await reader.load(self.opts.version)
             self.cp.version = None
         if loaded is None and self.opts.version is not None:
@@ -215,10 +217,13 @@ class Admission:
             how = f"continue it with ainvoke(None, checkpoint_id={cid!r})"
         return f"{where}; {how}, or pass force_new_run=True to start over on this ID"
 
-    def _check_graph(self, loaded: Loaded) -> None:
+    def _check_graph(self, loaded: Loaded, request: ResumeRequest | None = None) -> None:
         """The graph resuming the run may continue it: the one that wrote it, or a later version whose changes
-        cannot change what the run already did (docs/resume.md, "Deploys"); every pending call's tool still
-        there. Otherwise `GraphMismatch` naming the run, what changed and how to move it; nothing is written."""
+        cannot change what the run already did (docs/resume.md, "Deploys"); its state still fits the state class;
+        every pending call's tool still there (or the call answered with a `Respond`). Otherwise `GraphMismatch`
+        naming the run, what changed and how to move it (engine/keep/migrate.py); nothing is written."""
+        if loaded.state_changes:
+            raise GraphMismatch(state_message(self.source, self.graph.name, loaded.state_changes))
         if loaded.meta.fingerprint != self.cp.fingerprint:
             change = describe_difference(loaded.structure, self.graph.structure)
             if self.opts.migrate is None:
@@ -226,12 +231,15 @@ class Admission:
                 if conflicts:
                     raise GraphMismatch(
                         f"run '{self.source}' cannot be continued by this version of graph '{self.graph.name}': "
-                        f"{'; '.join(conflicts)} (what changed: {change}); resume it with the version that wrote "
-                        "it, pass migrate= to move its position to this graph's nodes, or start a new run "
-                        "(force_new_run=True)")
+                        f"{'; '.join(conflicts)} (what changed: {change}); move it to a node of this version with "
+                        f"update_state({self.source!r}, {{}}, goto=NODE) (`waypoint runs migrate {self.source} "
+                        "--graph MODULE:ATTR --goto NODE`), resume it with the version that wrote it, pass migrate= "
+                        "to move its position to this graph's nodes, or start a new run (force_new_run=True)")
             else:
                 self._migrate(loaded, change)
-        self._check_pending_calls(loaded.position)
+        standing = standing_answers(loaded.position, loaded.meta.status, loaded.meta.error)
+        given = request.joined(standing) if request is not None else standing
+        self._check_pending_calls(loaded.position, given.data if given is not None else {})
 
     def _migrate(self, loaded: Loaded, change: str) -> None:
         migrated = self.opts.migrate(loaded.position, loaded.structure)
@@ -245,27 +253,18 @@ class Admission:
                 f"graph does not have ({change})"
             )
 
-    def _check_pending_calls(self, pos: Any) -> None:
-        """Each pause of the run is asked of the node it sits in (a tools node: is the call's tool still there?)."""
-        prefix = f"runnable:{self.graph.name};node:"
-        problems: list[str] = []
-        records = list(pos.interrupts.values())
-        while records:
-            record = records.pop()
-            records.extend(record.subs)
-            if not record.address.startswith(prefix):
-                continue
-            key, _, below = record.address[len(prefix):].partition(";")
-            runnable = getattr(self.graph.nodes.get(key), "runnable", None)
-            ask = getattr(getattr(runnable, "source", None), "resume_problem", None)
-            problem = ask(below) if ask is not None and below else None
-            if problem is not None and f"node '{key}': {problem}" not in problems:
-                problems.append(f"node '{key}': {problem}")
+    def _check_pending_calls(self, pos: Any, answers: dict[str, Any]) -> None:
+        """Each pause of the run is asked of the node it sits in (a tools node: is the call's tool still there, or
+        does `answers` — interrupt ID -> data — respond to it on its behalf?)."""
+        problems = call_problems(self.graph, pos, answers)
         if problems:
+            cid = self.source
             raise GraphMismatch(
-                f"run '{self.source}' cannot be resumed by this version of graph '{self.graph.name}': "
-                f"{'; '.join(sorted(problems))}; resume it with a version that has it, or start a new run "
-                "(force_new_run=True)")
+                f"run '{cid}' cannot be resumed by this version of graph '{self.graph.name}': "
+                f"{'; '.join(problems)}; answer the call on its behalf with update_state({cid!r}, {{}}, "
+                f"answer={{CALL_ID: <its result>}}) (`waypoint runs migrate {cid} --graph MODULE:ATTR --answer CALL_ID "
+                "JSON`) or resume={INTERRUPT_ID: Respond(<its result>)}, resume it with a version that has it, or "
+                "start a new run (force_new_run=True)")
 
     def _check_resume(self, loaded: Loaded, request: ResumeRequest | None, standing: ResumeRequest | None) -> None:
         pos, address = loaded.position, f"runnable:{self.graph.name}"

@@ -125,6 +125,12 @@ class Checkpointer(VersionReader):
     store refuses it once the lease is no longer this writer's (engine/keep/store.py, guarantee 11)."""
     takeover: bool = False
     """The next write takes the run from a lease owner the caller established is dead (then cleared)."""
+    state_schema: dict[str, Any] | None = None
+    """The state's fields and types (`GraphShape.state_schema`): written in the `graph` part beside the structure
+    (not in the fingerprint), and compared with a stored run's when one is read (engine/keep/reading.py)."""
+    fit_state: Any = None
+    """For a migration (engine/keep/migrate.py): `fit(changes, fields) -> fields`, the stored state's fields made to
+    fit the state's changed fields before they are joined; None: a changed state is reported, not joined."""
 
     def __post_init__(self) -> None:
         self.fingerprint = fingerprint(self.graph_structure)
@@ -173,9 +179,9 @@ class Checkpointer(VersionReader):
                     deadline: float | None = None) -> CheckpointMeta:
         blobs: list[Blob] = []
         if self._graph_part is None:  # the same bytes at every step: encode once
-            self._graph_part = self._whole("graph", self.graph_structure, blobs)
+            self._graph_part = self._whole("graph", self._graph_value(), blobs)
         elif self._graph_part not in self._known:
-            self._whole("graph", self.graph_structure, blobs)
+            self._whole("graph", self._graph_value(), blobs)
         parts = {"run": self._whole("run", position_to_plain(pos), blobs), "graph": self._graph_part}
         state_kind, fields = split_state(pos.state, self.serializer)
         owned = journal.owned if journal is not None and state_kind != "value" else ()
@@ -190,6 +196,12 @@ class Checkpointer(VersionReader):
                 parts[key] = self._whole(key, value, blobs)
         return await self._put(pos.step, status, error, {"parts": parts, "lists": lists, "state": state_kind}, blobs,
                                lease, deadline)
+
+    def _graph_value(self) -> dict[str, Any]:
+        """The `graph` part: the structure, and the state's schema beside it (readers before it ignore the key)."""
+        if self.state_schema is None:
+            return self.graph_structure
+        return {**self.graph_structure, "state": self.state_schema}
 
     async def mark(self, status: str, *, error: str | None = None) -> CheckpointMeta | None:
         """Write a new version with the last written content and a new status (when the current

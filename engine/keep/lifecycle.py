@@ -204,7 +204,7 @@ class _Session(Admission):
         self.durability = graph.durability
         self.cp: Checkpointer = Checkpointer(
             store=graph.store, serializer=graph.get_serializer(), checkpoint_id=self.target,
-            graph_structure=graph.structure, lease_seconds=graph.lease_seconds,
+            graph_structure=graph.structure, lease_seconds=graph.lease_seconds, state_schema=graph.state_schema,
         )
         self.last_status: str | None = None
         self.lease: LeaseKeeper | None = None

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from ..errors import CheckpointCorrupted, WaypointError, describe
 from ..events import clean_trace
 from ..run import RunPosition
+from ..shape import state_changes
 from .content import join_state, position_from_plain
 from .store import MAX_CHAIN, Checkpoint, CheckpointMeta, meta_problem, parts_problem, version_label
 
@@ -62,6 +63,9 @@ class Loaded:
     structure: dict[str, Any]
     trace: dict[str, str] = field(default_factory=dict)
     """The trace carrier of the run that wrote this version (empty when it stored none)."""
+    state_changes: list[Any] = field(default_factory=list)
+    """What in the reader's state schema this version's state cannot be continued across (`StateChange`s); when
+    any, `position.state` is None: the stored fields were not joined into a class that no longer fits them."""
 
 
 class VersionReader:
@@ -70,6 +74,8 @@ class VersionReader:
     serializer: Serializer
     checkpoint_id: str
     fingerprint: str
+    state_schema: dict[str, Any] | None
+    fit_state: Any
     _cache: dict[str, PartCache]
 
     def decode(self, record: Checkpoint) -> Loaded:
@@ -105,13 +111,25 @@ class VersionReader:
             structure = values.pop("graph")
             if type(structure) is not dict:
                 raise ValueError("the graph part is not a map")
-            position.state = join_state(content["state"], {k[2:]: v for k, v in values.items()}, self.serializer)
+            fields = {k[2:]: v for k, v in values.items()}
+            changes = self._state_changes(structure, content["state"], fields)
+            if changes and self.fit_state is not None:
+                fields, changes = self.fit_state(changes, fields), []
+            position.state = None if changes else join_state(content["state"], fields, self.serializer)
         except WaypointError:
             raise
         except Exception as err:
             raise CheckpointCorrupted(
                 f"{where}: its content does not have the expected shape ({describe(err)}); {RESTORE}") from err
-        return Loaded(meta=record.meta, position=position, structure=structure, trace=trace), content
+        return Loaded(meta=record.meta, position=position, structure=structure, trace=trace,
+                      state_changes=changes), content
+
+    def _state_changes(self, structure: dict[str, Any], kind: Any, fields: dict[str, Any]) -> list[Any]:
+        """The state changes a stored state of `kind` holding `fields` meets in this reader's schema (none when the
+        reader has none, or the state is not a registered class's fields)."""
+        if self.state_schema is None or type(kind) is not list:
+            return []
+        return state_changes(structure.get("state"), self.state_schema, set(fields))
 
     def _read_header(self, record: Checkpoint, where: str) -> tuple[dict[str, Any], dict[str, str]]:
         """The header's content (parts, lists, state kind), after checking it describes this very row,

@@ -23,12 +23,21 @@
 6. `version=N` edits an older version; the edit is written on top of the newest, as a branch with its own
    tool-ledger page and idempotency keys (like a resume with `version=`), and every pause of version N it
    re-opens gets a new ID (`reissue_ids`): an answer replayed to the old ID is `UnknownInterrupt`.
+7. An edit by another version of the graph than the one that wrote the newest version is a **migration**
+   (engine/keep/migrate.py): `goto=` puts a node of this version where the run is at a node it no longer has,
+   `answer=` answers a pending call whose tool it removed, and `values` gives each state field that changed type
+   (or was added without a default) its value; a field that is gone is dropped. What is written must be a run
+   this version can continue (the checks of a resume pass), else `GraphMismatch` says what is left. The origin is
+   `"<id>@<version> migrate <what was done>"`; with `answer=` the version is a claim that let go (`running`, its
+   lease run out, the answers stored), which the next resume — or automatic recovery — continues.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import CheckpointConflict, CheckpointNotFound, GraphMismatch, WaypointError
@@ -37,6 +46,7 @@ from ..run import Run, reissue_ids
 from ..shape import START, GraphShape, Update, apply_writes
 from .checkpoint import Checkpointer
 from .content import describe_difference
+from .migrate import call_problems, move_run, standing_data, state_fitter
 from .owners import describe_owner
 from .store import CheckpointMeta, store_clock
 
@@ -44,25 +54,37 @@ __all__ = ["update_state"]
 
 
 async def update_state(graph: GraphShape, checkpoint_id: str, values: Any, as_node: str | None = None, *,
-                       version: int | None = None, expected_version: int | None = None) -> CheckpointMeta:
-    """Write `values` into the stored run's state as its next version (rules in the module docstring)."""
+                       version: int | None = None, expected_version: int | None = None, goto: str | None = None,
+                       answer: Mapping[str, Any] | None = None, dry_run: bool = False) -> CheckpointMeta:
+    """Write `values` into the stored run's state as its next version (rules in the module docstring). With
+    `dry_run=True` nothing is written: the version that would be is returned (its origin says what it does)."""
     if graph.store is None:
         raise WaypointError(f"graph '{graph.name}': update_state() needs a graph compiled with a store")
     update = values if isinstance(values, Update) else Update(values)
     if as_node is None and update.output is not None:
         raise WaypointError(f"graph '{graph.name}': update_state() got Update(output=...) without as_node; the "
                             "output is what node as_node sends on, so name the node")
+    if (goto is not None or answer) and (as_node is not None or version is not None):
+        raise WaypointError(f"run '{checkpoint_id}': goto= and answer= move the run's newest version onto this "
+                            "graph; they do not go with as_node= or version=")
+    notes: list[str] = []
+    fixed: set[str] = set()
     cp = Checkpointer(store=graph.store, serializer=graph.get_serializer(), checkpoint_id=checkpoint_id,
-                      graph_structure=graph.structure, lease_seconds=graph.lease_seconds)
+                      graph_structure=graph.structure, lease_seconds=graph.lease_seconds,
+                      state_schema=graph.state_schema,
+                      fit_state=state_fitter(graph, checkpoint_id, update.values, notes, fixed))
     head = await _head(graph, checkpoint_id, expected_version)
     loaded = await cp.load(version)
     if loaded is None:
         raise CheckpointNotFound(f"run '{checkpoint_id}' has no version {version}")
     cp.version = head.version  # the compare-and-set is on the newest version, whichever one is edited
-    if loaded.meta.fingerprint != cp.fingerprint:
-        raise GraphMismatch(f"run '{checkpoint_id}' was written by a different graph: "
-                            f"{describe_difference(loaded.structure, graph.structure)}; edit it with the graph "
-                            "that wrote it")
+    migrating = (loaded.meta.fingerprint != cp.fingerprint or bool(notes) or goto is not None or bool(answer)
+                 or bool(call_problems(graph, loaded.position, standing_data(loaded))))  # a deploy removed a tool
+    if migrating and version is not None and version != head.version:
+        raise GraphMismatch(f"run '{checkpoint_id}' version {version} was written by a different graph: "
+                            f"{describe_difference(loaded.structure, graph.structure)}; a migration moves the "
+                            "newest version onto this graph (leave out version=)")
+    answered = migrating and move_run(graph, loaded, checkpoint_id, goto=goto, answer=answer, notes=notes)
     pos, meta = loaded.position, loaded.meta
     branch = version is not None and version != head.version
     if branch:  # a branch from an older version: keys of its own, and the pauses it re-opens new IDs
@@ -72,14 +94,22 @@ async def update_state(graph: GraphShape, checkpoint_id: str, values: Any, as_no
     lease = None
     if status == "running":  # nobody executes the edited version: a crashed run's lease run out, a branch none
         lease = (None, None) if branch else (meta.lease_owner, 0.0)
+    writes = {k: v for k, v in update.values.items() if k not in fixed}  # a changed field took its value whole
     if as_node is None:
-        apply_writes(pos.state, [("update_state", update.values)], graph.reducers, None, graph.name)
+        apply_writes(pos.state, [("update_state", writes)], graph.reducers, None, graph.name)
     else:
         if status == "running":
             raise WaypointError(f"run '{checkpoint_id}' was running when its process stopped; resume it (or edit "
                                 "its state without as_node) before naming a node with as_node")
+        update = Update(writes, output=update.output) if fixed else update
         status, error = await _as_node(graph, pos, as_node, update, checkpoint_id), None
-    cp.origin = f"{checkpoint_id}@{meta.version} update_state" + (f" as {as_node}" if as_node else "")
+    if answered:  # a claim with these answers that let go: the next resume continues with them
+        status, error, lease = "running", None, (meta.lease_owner if meta.status == "running" else cp.owner, 0.0)
+    what = ("migrate" + (" " + "; ".join(notes) if notes else "")) if migrating else "update_state"
+    cp.origin = f"{checkpoint_id}@{meta.version} {what}" + (f" as {as_node}" if as_node else "")
+    if dry_run:
+        return dataclasses.replace(head, version=head.version + 1, status=status, step=pos.step, error=error,
+                                   fingerprint=cp.fingerprint, origin=cp.origin)
     return await cp.save(pos, status, error=error, lease=lease)
 
 

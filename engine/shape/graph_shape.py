@@ -19,6 +19,7 @@ from .nodes import NodeRunnable, _Fn, as_runnable
 from .reducers import Reducers, reducers_of
 from .retry import RetryPolicy
 from .spec import END, START, Branch, NodeSpec
+from .state_schema import state_schema
 
 __all__ = ["GraphShape", "CNode", "CBranch"]
 
@@ -111,6 +112,7 @@ class GraphShape:
         self.edges = tuple(edges)
         self.branches = tuple(branches)
         self._structure: dict[str, Any] | None = None
+        self._state_schema: tuple[dict[str, Any] | None] | None = None
         self.order = {START: -1, **{k: i for i, k in enumerate(nodes)}, END: len(nodes)}
         self.nodes = {key: self._compile_node(spec) for key, spec in nodes.items()}
         self.start = self._make_node(START, None, None)
@@ -204,6 +206,14 @@ class GraphShape:
             if self.plan is not None:  # only workflows have it: a graph's fingerprint is what it always was
                 self._structure["flow"] = self.plan.structure()
         return self._structure
+
+    @property
+    def state_schema(self) -> dict[str, Any] | None:
+        """The state class's fields and their types (engine/shape/state_schema.py), stored with the structure but
+        not part of the fingerprint; None when the state is not a dataclass or pydantic model."""
+        if self._state_schema is None:
+            self._state_schema = (state_schema(self.state_factory),)
+        return self._state_schema[0]
 
     def get_serializer(self) -> Any:
         """The codec checkpoints are written with (the default one unless compile(serializer=...))."""

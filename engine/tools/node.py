@@ -161,12 +161,13 @@ class ToolsNode:
             if check is not None:
                 check(list(self.tools), where)
 
-    def resume_problem(self, below: str) -> str | None:
+    def resume_problem(self, below: str, answer: Any = None) -> str | None:
         """Why a pause at `below` (the address under this node, `tool:<name>:<call id>:<slot>...`) cannot be
-        continued here, or None: its call's tool is not one of these (a deploy removed it) and no
-        `unknown_tool_handler` would answer it. Read before a resume claims the run (engine/keep/admission.py)."""
+        continued here, or None: its call's tool is not one of these (a deploy removed it), no
+        `unknown_tool_handler` would answer it, and the resume's `answer` to it is no `Respond` (which gives the
+        result without the tool). Read before a resume claims the run (engine/keep/admission.py)."""
         kind, _, rest = below.split(";", 1)[0].partition(":")
-        if kind != "tool" or not rest or self.unknown_tool_handler is not None:
+        if kind != "tool" or not rest or self.unknown_tool_handler is not None or isinstance(answer, Respond):
             return None
         parts = [unescape_part(p) for p in rest.split(":")]
         if parts[0] in self.tools:
@@ -174,6 +175,19 @@ class ToolsNode:
         call = f" {parts[1]!r}" if len(parts) > 1 else ""
         return (f"its pending call{call} is to tool {parts[0]!r}, which this version does not have "
                 f"(its tools: {', '.join(map(repr, self.tools)) or 'none'})")
+
+    def answer_removed(self, below: str, output: Any) -> Respond:
+        """The answer to the pending call at `below` whose tool this version removed, given on its behalf: a
+        `Respond(output)` (the tool never runs; the model reads `output`). Raises ValueError when this node could
+        still run the call (its tool is here, or an `unknown_tool_handler` is) — answer it by resuming instead."""
+        problem = self.resume_problem(below)
+        if problem is None:
+            kind, _, rest = below.split(";", 1)[0].partition(":")
+            name = unescape_part(rest.split(":")[0]) if kind == "tool" and rest else "?"
+            why = ("its tool is answered by this version's unknown_tool_handler" if self.unknown_tool_handler is not None
+                   else f"this version still has its tool {name!r}")
+            raise ValueError(why)
+        return Respond(output)
 
     @property
     def infos(self) -> list[ToolInfo]:

@@ -19,7 +19,6 @@ import difflib
 import fnmatch
 import hashlib
 import inspect
-import math
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -41,6 +40,7 @@ from waypoint.engine import (
     get_resume_context,
     register_type,
 )
+from waypoint.engine.run.interrupts import MAX_WAIT
 from waypoint.engine.run.resume import answered_earlier
 
 __all__ = ["ApprovalMiddleware", "ApprovalInfo", "ApprovalResult", "ApprovalError"]
@@ -240,9 +240,9 @@ def _expiry(expires_after: Any, on_expiry: Any) -> float | None:
     if expires_after is None:
         return None
     seconds = expires_after.total_seconds() if isinstance(expires_after, timedelta) else expires_after
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds <= 0:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= MAX_WAIT:
         raise GraphBuildError(f"ApprovalMiddleware(expires_after={expires_after!r}): give how long an approval waits, "
-                              "seconds (> 0) or a timedelta")
+                              f"seconds (> 0, at most {MAX_WAIT:.0f}: 100 years) or a timedelta")
     return float(seconds)
 
 
@@ -271,7 +271,7 @@ def _decide(arguments_json: str, ctx: ToolContext, expires: float | None = None)
     elif arguments_json != stored:
         if ctx.original_input is not None:  # a Restart below replaced the input: what was approved is not this
             info = ApprovalInfo(tool_name=ctx.name, arguments_json=arguments_json, digest=digest(arguments_json))
-            raise StatefulInterrupt(info, {"arguments": arguments_json, "digest": info.digest})
+            raise StatefulInterrupt(info, {"arguments": arguments_json, "digest": info.digest}, deadline=expires)
         raise ApprovalError(f"{where}: the call's arguments no longer match the ones that were approved; "
                             "the tool did not run (the stored run was changed: restore it or start over)")
     first_time = not answered_earlier()  # a carried answer was recorded when it was given

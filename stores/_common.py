@@ -70,6 +70,16 @@ def unavailable(store: str, err: BaseException) -> StoreUnavailable:
     )
 
 
+def check_due_by(checkpoint_id: str, due_by: float | None, now: float) -> None:
+    """`put(..., due_by=)`: the write lands only before that deadline on the store's clock `now` (guarantee 13)."""
+    if due_by is not None and now >= due_by:
+        from waypoint.engine.errors import PauseExpired
+
+        raise PauseExpired(f"run '{checkpoint_id}': a pause this resume answers expired (by the store's clock, "
+                           f"{now - due_by:.3f} s ago) before the resume could claim the run, so the answer was not "
+                           "taken and nothing was written; the pause takes the answer its deadline gives")
+
+
 def check_put(meta: CheckpointMeta, expected_version: int | None) -> None:
     """Reject a put whose version does not follow the expected one (a caller bug, not a conflict)."""
     want = (expected_version or 0) + 1

@@ -158,7 +158,8 @@ def claim(db: Any, worker: str, token: str, graphs: Sequence[str], limit: int, h
         f"  (q.state = 'claimed' AND (q.claimed_until < {now} OR EXISTS ({_EXECUTOR_GONE}))))"
         f"  AND NOT EXISTS ({_LIVE_LEASE.format(now=now)})"
         f" ORDER BY q.submitted_at LIMIT :n{skip}) "
-        "RETURNING checkpoint_id, graph, kind, payload, base_version, attempts, handbacks, claim, stalls", params)
+        "RETURNING checkpoint_id, graph, kind, payload, base_version, attempts, handbacks, claim, stalls, "
+        "submitted_at", params)
 
 
 def claimed(db: Any, checkpoint_id: str, token: str, version: int) -> bool:

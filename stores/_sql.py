@@ -54,6 +54,7 @@ from ._common import (
     check_idle,
     check_limit,
     check_newest,
+    check_due_by,
     check_put,
     check_status,
     conflict_message,
@@ -353,7 +354,7 @@ def _blobs(db: DB, checkpoint_id: str, heads: set[str], where: str) -> dict[str,
 
 def put(db: DB, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], blobs: Sequence[Blob],
         expected_version: int | None, holder: str | None = None, takeover: bool = False,
-        fresh: bool = False) -> CheckpointMeta:
+        fresh: bool = False, due_by: float | None = None) -> CheckpointMeta:
     check_put(meta, expected_version)
     cid = meta.checkpoint_id
     _lock_run(db, cid)  # a delete, prune or other writer of this run cannot slip between the checks and the insert
@@ -373,6 +374,7 @@ def put(db: DB, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], b
         "ORDER BY version DESC LIMIT 1) n ON 1 = 1", params)[0][:8]
     check_newest(cid, newest, expected_version, created, meta.created_at, fresh)
     check_holder(cid, status, owner, bool(live), holder, takeover)
+    check_due_by(cid, due_by, float(clock_now))  # this transaction's own reading of the store's clock
     meta = stamped(meta, float(clock_now), created, fresh)
     if found < len(needed):
         present = {h for (h,) in db.rows(f"SELECT hash {in_needed}", params)}
@@ -481,11 +483,16 @@ def list_runs(db: DB, status: str | None, limit: int, before: Any) -> list[Check
     return [_meta(r) for r in db.rows(sql, params)]
 
 
-def list_due(db: DB, limit: int) -> list[CheckpointMeta]:
+def list_due(db: DB, limit: int, after: Any = None) -> list[CheckpointMeta]:
     check_limit(limit, "list_due()")
-    return [_meta(r) for r in db.rows(
-        f"SELECT {_META_COLUMNS} FROM waypoint_checkpoints WHERE deadline IS NOT NULL AND deadline <= {now_sql(db)} "
-        "ORDER BY deadline, checkpoint_id LIMIT :n", {"n": limit})]
+    params: dict[str, Any] = {"n": limit}
+    sql = (f"SELECT {_META_COLUMNS} FROM waypoint_checkpoints c WHERE deadline IS NOT NULL AND deadline <= "
+           f"{now_sql(db)} AND version = (SELECT MAX(m.version) FROM waypoint_checkpoints m WHERE m.checkpoint_id = "
+           "c.checkpoint_id)")  # a row an older writer left on an earlier version is not the run's
+    if after is not None:
+        sql += " AND (deadline > :ad OR (deadline = :ad AND checkpoint_id > :ac))"
+        params["ad"], params["ac"] = after.deadline, after.checkpoint_id
+    return [_meta(r) for r in db.rows(sql + " ORDER BY deadline, checkpoint_id LIMIT :n", params)]
 
 
 def delete(db: DB, checkpoint_id: str, force: bool = True) -> bool:
@@ -568,14 +575,14 @@ class SQLStoreMethods:
         """`_call` for lease renewals: a store with a connection kept for them alone uses it (guarantee 12)."""
         return await self._call(fn, *args, write=True)
 
-    async def list_due(self, *, limit: int = 100) -> list[CheckpointMeta]:
-        return await self._call(list_due, limit)
+    async def list_due(self, *, limit: int = 100, after: CheckpointMeta | None = None) -> list[CheckpointMeta]:
+        return await self._call(list_due, limit, after)
 
     async def put(self, meta: CheckpointMeta, header: bytes, parts: Mapping[str, str], blobs: Sequence[Blob],
                   *, expected_version: int | None, holder: str | None = None, takeover: bool = False,
-                  fresh: bool = False) -> CheckpointMeta:
+                  fresh: bool = False, due_by: float | None = None) -> CheckpointMeta:
         stored = await self._call(put, meta, header, parts, blobs, expected_version, holder, takeover, fresh,
-                                  write=True)
+                                  due_by, write=True)
         if self.expiry.due():
             await self.expire()
         return stored

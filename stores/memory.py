@@ -16,6 +16,7 @@ from ._common import (
     LEDGER_NEEDED,
     Expiry,
     chain_from,
+    check_due_by,
     check_holder,
     check_idle,
     check_limit,
@@ -68,6 +69,7 @@ class MemoryStore:
         holder: str | None = None,
         takeover: bool = False,
         fresh: bool = False,
+        due_by: float | None = None,
     ) -> CheckpointMeta:
         check_put(meta, expected_version)
         cid = meta.checkpoint_id
@@ -78,6 +80,7 @@ class MemoryStore:
                      fresh)
         check_holder(cid, head and head.status, head and head.lease_owner, head is not None and _live(head), holder,
                      takeover)
+        check_due_by(cid, due_by, _now())
         stored = self._blobs.get(cid, {})
         missing = {h for h in needed_blobs(parts, blobs) if h not in stored}
         if missing:
@@ -142,10 +145,11 @@ class MemoryStore:
         metas = [versions[v][0] for v in sorted(versions, reverse=True)]
         return metas if limit is None else metas[:limit]
 
-    async def list_due(self, *, limit: int = 100) -> list[CheckpointMeta]:
+    async def list_due(self, *, limit: int = 100, after: CheckpointMeta | None = None) -> list[CheckpointMeta]:
         check_limit(limit, "list_due()")
-        now = _now()
-        due = sorted((d, cid) for cid, d in self._due.items() if d <= now)[:limit]
+        now, start = _now(), (after.deadline, after.checkpoint_id) if after is not None else None
+        due = sorted((d, cid) for cid, d in self._due.items() if d <= now and (start is None or (d, cid) > start))
+        due = due[:limit]
         return [self._versions[cid][_newest(self._versions[cid])][0] for _, cid in due]
 
     async def list(

@@ -167,7 +167,7 @@ class RunQueue:
     async def _claim(self, worker: str, graphs: list[str], limit: int, hold: float,
                      skip_ids: Sequence[str] = ()) -> list[tuple]:
         """Claim up to `limit` rows for `hold` seconds, none of the runs `skip_ids`: (id, graph, kind, payload,
-        base_version, attempts, handbacks, claim token, stalls) each."""
+        base_version, attempts, handbacks, claim token, stalls, submitted_at) each."""
         token = f"{uuid.uuid4().hex}:"
         return await self.store._call(_queue_sql.claim, worker, token, graphs, limit, hold, tuple(skip_ids),
                                       write=True)

@@ -94,6 +94,9 @@ class _Item:
     token: str
     stalls: int
     """Claims of this work in a row that found the run where the previous one did (no progress between)."""
+    submitted_at: float | None = None
+    """When it was queued, on the store's clock: a resume's answers were given then (a pause's deadline after it
+    still takes them, however long the work waited for a worker)."""
 
 
 _NOTHING = object()
@@ -334,6 +337,9 @@ class Worker:
                 await self.queue.resume(meta.checkpoint_id, resume, expected_version=meta.version, graph=app.name)
                 said = "queued for the workers"
             except QueueError as err:  # work for it is queued or claimed already: the queue continues it
+                if resume is not None:  # an answer queued for a due pause: the deadline is looked at again later
+                    raise CheckpointConflict(f"run '{meta.checkpoint_id}' has work queued already ({err}); its "
+                                             "due pause is looked at again once that work is done") from None
                 said = f"left to the queue ({err})"
             if self._wake is not None:
                 self._wake.set()
@@ -432,8 +438,9 @@ class Worker:
             # "start-over" (submit with force_new_run): a new run over a paused or failed one — until it wrote
             over = item.kind == "start-over" and before == item.base_version
             try:
+                given = {"answered_at": item.submitted_at} if resume is not None and item.kind == "resume" else {}
                 output = await app.ainvoke(input, checkpoint_id=cid, resume=resume, expected_version=before,
-                                           callbacks=[seen], force_new_run=over)
+                                           callbacks=[seen], force_new_run=over, **given)
             except GraphInterrupted as paused:
                 return ("interrupted", None, self._encode({c.id: c.info for c in paused.info.contexts}),
                         seen.version)

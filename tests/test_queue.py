@@ -352,14 +352,14 @@ async def test_a_stale_claim_finishes_nothing_even_when_the_same_worker_claims_a
     an earlier request for the run (enqueue starts the attempts again), records nothing."""
     queue = RunQueue(qstore)
     await queue.submit("g", 1, "run-1")
-    ((*_, first, _s),) = await queue._claim("w", ["g"], 5, 0.1)
+    ((*_, first, _s, _t),) = await queue._claim("w", ["g"], 5, 0.1)
     await asyncio.sleep(0.15)  # w's claim lapsed (say its loop was blocked), and w claims the work again
-    ((*_, attempts, _h, second, _s),) = await queue._claim("w", ["g"], 5, 30.0)
+    ((*_, attempts, _h, second, _s, _t),) = await queue._claim("w", ["g"], 5, 30.0)
     assert attempts == 2 and second != first
     assert await queue._finish("run-1", first, "completed", None, None) is False
     assert await queue._finish("run-1", second, "completed", None, None) is True
     await queue.submit("g", 2, "run-1")  # request 2 for the run (nothing ran it): attempts start again
-    ((*_, attempts, _h, third, stalls),) = await queue._claim("w", ["g"], 5, 30.0)
+    ((*_, attempts, _h, third, stalls, _t),) = await queue._claim("w", ["g"], 5, 30.0)
     assert attempts == 1 and stalls == 1
     for stale in (first, second):
         assert await queue._finish("run-1", stale, "completed", None, None) is False
@@ -752,7 +752,7 @@ async def test_hand_backs_are_not_counted_toward_giving_work_up(qstore):
     queue = RunQueue(qstore)
     await queue.submit(app, "p", "run-p")
     for _ in range(3):
-        ((*_, token, _s),) = await queue._claim("drained", ["ask"], 5, 30.0)
+        ((*_, token, _s, _t),) = await queue._claim("drained", ["ask"], 5, 30.0)
         assert await queue._release("run-p", token) is True
     worker = Worker(qstore, [app], poll=0.05, max_attempts=2, recover=False)
     task = await running(worker)

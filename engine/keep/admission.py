@@ -83,8 +83,7 @@ class Admission:
         retire_failed_answers(loaded.position, loaded.meta.status, f"runnable:{self.graph.name}")
         standing = None if branch else standing_answers(loaded.position, loaded.meta.status, loaded.meta.error)
         self._check_resume(loaded, request, standing)
-        if request is not None:
-            request = await self._check_deadlines(loaded.position, request)
+        request = await self._check_deadlines(loaded.position, request, loaded.meta.status, branch)
         if standing is not None:  # a resume claimed this run and its process stopped: its answers stand
             request = standing.joined(request)
         run.restore(loaded.position, request)
@@ -291,36 +290,60 @@ class Admission:
                 "resume={id: data}, resume=[ids] or resume=True"
             )
 
-    async def _check_deadlines(self, pos: Any, request: ResumeRequest) -> ResumeRequest:
-        """A pause whose deadline has passed on the store's clock takes only the answer its deadline gives; an
-        `Expired` is taken only by a pause that is due, and becomes what the pause said happens then
-        (`on_deadline`). Otherwise `PauseExpired`, and nothing is written (docs/resume.md, "Deadlines")."""
+    async def _check_deadlines(self, pos: Any, request: ResumeRequest | None, status: str,
+                               branch: bool) -> ResumeRequest | None:
+        """A pause whose deadline has passed on the store's clock takes only the answer its deadline gives
+        (docs/resume.md, "Deadlines"); an `Expired` only a pause that is due, as what the pause said happens then.
+        A resume of a failed run gives its due pauses their deadline's answer; a branch's pauses wait without a
+        deadline. Otherwise `PauseExpired`, and nothing is written. The claim that follows is refused by the
+        store if a deadline of a pause it answers passes before it commits (`Checkpointer.answer_by`)."""
         timed = {r.id: r for r in paused_records(pos) if r.deadline is not None}
-        given = {i: d for i, d in request.data.items() if d is not None}
+        if branch:  # a fork or time travel is a person's deliberate act: what it re-opens waits for them
+            for record in timed.values():
+                record.deadline, record.has_on_deadline, record.on_deadline = None, False, None
+            timed = {}
+        given = {i: d for i, d in (request.data if request is not None else {}).items() if d is not None}
         expiring = {i for i, d in given.items() if isinstance(d, Expired)}
-        if not expiring and not (timed.keys() & given.keys()):
-            return request
         untimed = sorted(expiring - timed.keys())
         if untimed:
             raise PauseExpired(f"run '{self.source}': interrupt {', '.join(untimed)} has no deadline, so it cannot be "
                                "answered with Expired; answer it as it asks")
+        if not timed:
+            return request
         now = await store_clock(self.graph.store)
-        data = dict(request.data)
-        for iid in sorted(timed.keys() & given.keys()):
-            record, due = timed[iid], timed[iid].deadline <= now
+        answered_at = now if self.opts.answered_at is None else min(now, self.opts.answered_at)
+        data = dict(request.data) if request is not None else {}
+        targeted = (lambda i: request.everything or i in request.ids) if request is not None else (lambda i: False)
+        answer_by = None
+        for iid, record in sorted(timed.items()):
+            due, deadline_answer = record.deadline <= now, record.on_deadline if record.has_on_deadline \
+                else Expired(record.deadline)
             if iid in expiring:
                 if not due:
                     raise PauseExpired(
                         f"run '{self.source}': interrupt {iid} is not due until {_utc(record.deadline)} (by the "
                         f"store's clock, {record.deadline - now:.1f} s from now); it expires then, not before")
-                data[iid] = record.on_deadline if record.has_on_deadline else Expired(record.deadline)
-            elif due:
-                raise PauseExpired(
-                    f"run '{self.source}': interrupt {iid} expired at {_utc(record.deadline)} (by the store's clock, "
-                    f"{now - record.deadline:.1f} s ago) without an answer, so this answer was not taken and nothing "
-                    "was written; it takes the answer its deadline gives, which whoever recovers runs (waypoint serve, "
-                    "waypoint worker, recover(...)) gives it within its interval")
-        return replace(request, data=data)
+                data[iid] = deadline_answer
+            elif iid in given:
+                if record.deadline <= answered_at:
+                    raise PauseExpired(self._late(iid, record.deadline, now, status))
+                answer_by = record.deadline if answer_by is None else min(answer_by, record.deadline)
+            elif due and (status == "failed" or targeted(iid)):  # nobody answers it now: its deadline does
+                data[iid] = deadline_answer
+        if self.opts.answered_at is None:
+            self.cp.answer_by = answer_by
+        if request is None and not data:
+            return None
+        base = request or ResumeRequest()
+        return replace(base, data=data, ids=base.ids | frozenset(data))
+
+    def _late(self, iid: str, deadline: float, now: float, status: str) -> str:
+        how = ("resume the run without answering it (that retries its failed step), and it takes its deadline's "
+               "answer" if status == "failed" else "it takes the answer its deadline gives, which whoever recovers "
+               "runs (waypoint serve, waypoint worker, recover(...)) gives it within its interval")
+        return (f"run '{self.source}': interrupt {iid} expired at {_utc(deadline)} (by the store's clock, "
+                f"{now - deadline:.1f} s ago) without an answer, so this answer was not taken and nothing was "
+                f"written; {how}")
 
     # --- running and saving ------------------------------------------------------------------------
 

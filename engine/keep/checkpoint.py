@@ -28,6 +28,7 @@ from __future__ import annotations
 import enum
 import functools
 import hashlib
+import inspect
 import logging
 import operator
 import os
@@ -78,6 +79,22 @@ def _unkept_deadline(store: Any, checkpoint_id: str) -> None:
         "(engine/keep/store.py, guarantee 13)", checkpoint_id, store)
 
 
+def _fences_deadlines(store: Any) -> bool:
+    """Whether `store.put` takes `due_by` (guarantee 13); one without it relies on the check before the claim."""
+    kind = type(store)
+    known = _FENCES.get(kind)
+    if known is None:
+        try:
+            known = "due_by" in inspect.signature(store.put).parameters
+        except (TypeError, ValueError):
+            known = False
+        _FENCES[kind] = known
+    return known
+
+
+_FENCES: dict[type, bool] = {}
+
+
 def new_owner() -> str:
     """A lease owner name unique to this process and call: host, pid and a random suffix."""
     return f"{os.uname().nodename}:{os.getpid()}:{os.urandom(4).hex()}"
@@ -125,6 +142,9 @@ class Checkpointer(VersionReader):
     store refuses it once the lease is no longer this writer's (engine/keep/store.py, guarantee 11)."""
     takeover: bool = False
     """The next write takes the run from a lease owner the caller established is dead (then cleared)."""
+    answer_by: float | None = None
+    """The next write (a resume's claim) is refused by the store once its clock reaches this: the deadline of a
+    pause the claim answers (engine/keep/admission.py). Cleared after it."""
     state_schema: dict[str, Any] | None = None
     """The state's fields and types (`GraphShape.state_schema`): written in the `graph` part beside the structure
     (not in the fingerprint), and compared with a stored run's when one is read (engine/keep/reading.py)."""
@@ -239,9 +259,11 @@ class Checkpointer(VersionReader):
             record["trace"] = self.trace
         header = self.serializer.dumps(record, root=f"checkpoint '{self.checkpoint_id}'")
         self.sent = lease_clock()  # the store stamps the lease no earlier (on its clock): see engine/keep/lease.py
+        fence = {"due_by": self.answer_by} if self.answer_by is not None and _fences_deadlines(self.store) else {}
         stored = await self.store.put(meta, header, content["parts"], blobs, expected_version=self.version,
                                       holder=self.owner if self.holding else None, takeover=self.takeover,
-                                      fresh=self.created_at is None)
+                                      fresh=self.created_at is None, **fence)
+        self.answer_by = None
         if not isinstance(stored, CheckpointMeta) and self.created_at is None:  # a store (or a wrapper of one)
             found = await self.store.history(self.checkpoint_id, limit=1)      # that returns nothing: read it back
             stored = found[0] if found and found[0].version == meta.version else None

@@ -86,6 +86,9 @@ class RunOptions:
     """Called as `migrate(position, old_structure)` when the stored run was written by a different
     graph; it may edit the `RunPosition` (rename pending nodes, say) and return it. Without it, a
     different graph is a `GraphMismatch`."""
+    answered_at: float | None = None
+    """When the answers in `resume` were given, on the store's clock (a run queue stamps it as it queues them):
+    a pause whose deadline came after that still takes them, however late they are applied."""
 
 
 async def run_graph(graph: GraphShape, input: Any, opts: RunOptions, *, emitter: Emitter,

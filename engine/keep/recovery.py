@@ -71,6 +71,8 @@ MAX_ATTEMPTS = 10
 _PAGE = 500
 _SAY_AGAIN = 60.0
 _MEMORY = 10_000
+_REST = 10.0
+"""Seconds a due run is left alone after its expiry lost to an answer (or to work queued for it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,6 +150,7 @@ class _Recovery:
         self.execute_answers = execute is not None and _takes_resume(execute)
         self.active: dict[str, asyncio.Task] = {}  # runs this call is continuing, by checkpoint ID
         self.unserved: set[tuple[str, int]] = set()
+        self.resting: dict[tuple[str, int], float] = {}  # due runs left a while: another answer was on its way
         self.named: dict[tuple[str, int], Any] = {}  # (run, version) of another fingerprint -> the graph that may
         self.handed: set[tuple[str, int]] = set()  # (run, version) an `execute` hook took over
 
@@ -204,7 +207,8 @@ class _Recovery:
                 break
             before = page[-1]
         for meta in await _due(store, now):
-            if meta.checkpoint_id in self.active or (meta.checkpoint_id, meta.version) in self.handed:
+            key = (meta.checkpoint_id, meta.version)
+            if meta.checkpoint_id in self.active or key in self.handed or self.resting.get(key, 0) > time.monotonic():
                 continue
             candidate = _Candidate(served.get(meta.fingerprint), meta,
                                    f"its pause's deadline passed {now - meta.deadline:.1f} s ago", False, due=True)
@@ -287,7 +291,8 @@ class _Recovery:
             said = await (execute or _resume)(c.graph, loaded.meta, resume=answers)
         except GraphInterrupted:
             return self._done(c, "expired", "it paused again and waits for an answer")
-        except (CheckpointConflict, PauseExpired) as err:
+        except (CheckpointConflict, PauseExpired) as err:  # answered first, or work for it waits in a queue
+            self.resting[(cid, meta.version)] = time.monotonic() + _REST
             return self._done(c, "taken", str(err))
         except GraphMismatch as err:
             self._handed(cid, meta.version)
@@ -303,6 +308,8 @@ class _Recovery:
         return self._done(c, "handed over", said if isinstance(said, str) else "")
 
     def _handed(self, cid: str, version: int) -> None:
+        if len(self.resting) >= _MEMORY:
+            self.resting.clear()
         if len(self.handed) >= _MEMORY:
             self.handed.clear()
         self.handed.add((cid, version))  # not handed over again while it stays at this version
@@ -415,7 +422,13 @@ async def _due(store: Any, now: float) -> list[Any]:
     it, else every paused run's newest version, page by page (guarantee 13)."""
     list_due = getattr(store, "list_due", None)
     if list_due is not None:
-        return [m for m in await list_due(limit=_PAGE) if m.paused]
+        due, after = [], None
+        while True:  # every page: due runs this process leaves (another graph's) must not hide its own
+            page = await list_due(limit=_PAGE, after=after)
+            due += [m for m in page if m.paused]
+            if len(page) < _PAGE:
+                return due
+            after = page[-1]
     found, before = [], None
     while True:
         page = await store.list(status="interrupted", limit=_PAGE, before=before)

@@ -72,8 +72,11 @@ Guarantees every store gives (tests/test_store_contract.py checks them on every 
    the epoch on the store's clock, stamped by the engine from `clock()`), kept as given and returned by `put`,
    `get`, `history` and `list`; only a run's newest version keeps it (a later version clears it on the earlier
    one). `list_due(limit=)` returns the newest versions whose deadline is at or before `clock()`, earliest first,
-   in time proportional to what it returns (an index), however many runs wait. A store without `list_due` is read
-   with `list(status="interrupted")` instead, page by page.
+   in time proportional to what it returns (an index), however many runs wait, paged with `after` (the last
+   meta of the previous page). A store without `list_due` is read with `list(status="interrupted")` instead, page
+   by page. `put(..., due_by=t)` (optional) writes only while `clock()` is before `t`, judged in the write's own
+   transaction, else `PauseExpired` and nothing is written: a resume's claim answering a pause whose deadline is
+   `t` never lands after it.
 """
 
 from __future__ import annotations

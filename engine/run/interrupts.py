@@ -9,7 +9,6 @@ a normal `WaypointError`, carrying an `InterruptInfo`.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import time
 from collections.abc import Sequence
@@ -99,19 +98,24 @@ class CompositeInterrupt(Interrupt):
         self.subs = tuple(subs)
 
 
+MAX_WAIT = 100 * 365.25 * 86400.0
+"""The longest a pause may wait, in seconds (100 years): a deadline past it is refused, not stored."""
+
+
 def _when(deadline: Any) -> tuple[float | None, float | None]:
     """(an absolute deadline, or seconds from when the pause is stored): what `deadline=` said."""
     if deadline is None:
         return None, None
     if isinstance(deadline, datetime):
         if deadline.tzinfo is None or deadline.utcoffset() is None:
-            raise ValueError(f"Interrupt(deadline={deadline!r}): a datetime deadline needs a timezone "
-                             "(datetime.now(timezone.utc) + ...), or give a timedelta or seconds from now")
+            raise ValueError(f"Interrupt(deadline={deadline!r}): a datetime deadline needs a timezone (a moment such "
+                             "as 2030-01-01 09:00 UTC); for a time from now give a timedelta or seconds, which are "
+                             "counted on the store's clock")
         return deadline.timestamp(), None
     seconds = deadline.total_seconds() if isinstance(deadline, timedelta) else deadline
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not -MAX_WAIT <= seconds <= MAX_WAIT:
         raise ValueError(f"Interrupt(deadline={deadline!r}): give a timezone-aware datetime, a timedelta or a "
-                         "finite number of seconds")
+                         f"finite number of seconds (at most {MAX_WAIT:.0f}: 100 years)")
     return None, max(0.0, float(seconds))
 
 

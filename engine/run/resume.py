@@ -426,7 +426,7 @@ def standing_answers(pos: RunPosition, status: str, error: str | None) -> Resume
 
 def retire_failed_answers(pos: RunPosition, status: str, address: str) -> None:
     """A run that failed after a resume's claim asks its answered pauses again — under new IDs, so the same
-    answer sent again (a client retry) answers nothing. The new ID is derived from the old one, so every
+    answer sent again (a client retry) answers nothing — and without their deadlines (they were answered in time). The new ID is derived from the old one, so every
     reader of the stored run (get_run, the resume itself) sees the same."""
     if status != "failed" or pos.answers is None:
         return
@@ -438,6 +438,7 @@ def retire_failed_answers(pos: RunPosition, status: str, address: str) -> None:
                 walk(r.child)
             if r.id in answered:
                 r.id = hashlib.blake2b(f"{r.id}/asked again".encode(), digest_size=8).hexdigest()
+                r.deadline, r.has_on_deadline, r.on_deadline = None, False, None  # it was answered in time
 
     walk(pos)
 

@@ -30,7 +30,8 @@ def sleep_until(when: datetime | timedelta | float, *, note: str | None = None) 
     """Inside a node: pause the run until `when` (a timezone-aware `datetime`, or a `timedelta` or seconds from
     when the pause is stored, on the store's clock). Returns None once the time has come, or the data of a resume
     that woke it early. The node runs again from its start after the wait: call it first, or in a node of its
-    own, so what comes before it is not done twice."""
+    own, so what comes before it is not done twice. One sleep per node: a second call in the node, after the
+    first woke, returns at once (the node's pause is answered); sleep again in the next node."""
     was, _, _ = get_interrupt_state()
     if was:
         is_target, has_data, data = get_resume_context()

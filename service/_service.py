@@ -62,13 +62,13 @@ def create_router(runners_or_graphs: Any, store: Any, *, auth: Any = None, max_b
     hooks = Webhooks.of(webhooks)
     service = Service(runners_or_graphs, store, auth=auth, max_body=max_body, session_ttl=session_ttl, queue=queue,
                       drain_seconds=drain_seconds)
-    service.notifier = Notifier(service, hooks) if hooks is not None else None  # type: ignore[attr-defined]
+    service.notifier = Notifier(service, hooks) if hooks is not None else None
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
         own = recover and service.queue is None  # with a queue, the workers recover runs
         recovery = start_recovery(service, max_attempts=max_attempts) if own else None
-        notifier = service.notifier  # type: ignore[attr-defined]
+        notifier = service.notifier
         if notifier is not None:
             notifier.start()
         try:

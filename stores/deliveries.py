@@ -108,16 +108,26 @@ def register(db: Any, rows: Sequence[dict[str, Any]]) -> list[str]:
     return inserted
 
 
+def _due(receivers: Sequence[str], params: dict[str, Any], now: str, alias: str = "d") -> str:
+    return (f"{alias}.target IN ({_names('r', receivers, params)}) AND {alias}.state = 'pending' AND "
+            f"{alias}.next_try <= {now} AND ({alias}.claimed_until IS NULL OR {alias}.claimed_until <= {now})")
+
+
+def any_due(db: Any, receivers: Sequence[str]) -> bool:
+    """Whether a claim would find a row (read only: on SQLite a write transaction takes the database's lock)."""
+    params: dict[str, Any] = {}
+    return bool(db.rows(f"SELECT 1 FROM waypoint_deliveries d WHERE {_due(receivers, params, now_sql(db))} LIMIT 1",
+                        params))
+
+
 def claim(db: Any, receivers: Sequence[str], token: str, limit: int, hold: float) -> list[tuple]:
     """Claim up to `limit` due rows for `receivers` for `hold` seconds (the database's clock), soonest due first."""
     params: dict[str, Any] = {"t": token, "n": limit, "hold": float(hold)}
-    names = _names("r", receivers, params)
     skip = " FOR UPDATE SKIP LOCKED" if db.dialect == "postgresql" else ""
     now = now_sql(db)
     return db.rows(
         f"UPDATE waypoint_deliveries SET claim = :t, claimed_until = {now} + CAST(:hold AS DOUBLE PRECISION) "
-        f"WHERE id IN (SELECT d.id FROM waypoint_deliveries d WHERE d.target IN ({names}) AND d.state = 'pending' "
-        f"AND d.next_try <= {now} AND (d.claimed_until IS NULL OR d.claimed_until <= {now}) "
+        f"WHERE id IN (SELECT d.id FROM waypoint_deliveries d WHERE {_due(receivers, params, now)} "
         f"ORDER BY d.next_try LIMIT :n{skip}) "
         "RETURNING id, checkpoint_id, version, event, target, body, attempts", params)
 
@@ -179,6 +189,8 @@ class SQLDeliveries:
         return await self.store._call(register, list(rows), write=True) if rows else []
 
     async def claim(self, receivers: Sequence[str], limit: int, hold: float) -> list[Delivery]:
+        if not await self.store._call(any_due, list(receivers)):  # the usual answer, without the write lock
+            return []
         token = uuid.uuid4().hex
         rows = await self.store._call(claim, list(receivers), token, limit, hold, write=True)
         return [_delivery(r, token) for r in rows]

@@ -514,3 +514,30 @@ async def test_the_ledger_registers_and_claims_each_delivery_once_and_a_lapsed_c
         for s in two_stores:
             await s.close()
 
+
+
+async def test_the_events_query_reads_the_stopped_versions_since_a_time_page_by_page(two_stores, monkeypatch):
+    """What a look reads (SQL, and the memory ledger through the public store API): versions written at or after
+    `since` that may carry an event, oldest first, however many pages."""
+    import waypoint.stores.deliveries as deliveries
+    from waypoint.engine import CheckpointMeta
+
+    monkeypatch.setattr(deliveries, "_PAGE", 2)
+    store = two_stores[0]
+    memory = MemoryStore()
+    statuses = ["running", "interrupted", "running", "completed", "failed", "running", "interrupted"]
+    for target in (store, memory):
+        for run in ("a", "b"):
+            for v, status in enumerate(statuses, 1):
+                meta = CheckpointMeta(checkpoint_id=run, version=v, status=status, step=v, fingerprint="fp",
+                                      created_at=1.0, updated_at=100.0 + v + (0.5 if run == "b" else 0.0),
+                                      origin=f"{run}@{v - 1} expired" if v == 6 else None,
+                                      lease_owner="x" if status == "running" else None,
+                                      lease_expires=1e12 if status == "running" else None)
+                await target.put(meta, b"h", {}, [], expected_version=v - 1 if v > 1 else None, takeover=True)
+    want = [(run, v) for v in (4, 5, 6, 7) for run in ("a", "b")]  # since 104: v4 on (v1-3 are older)
+    for ledger in (deliveries_for(store), deliveries_for(memory)):
+        found = await ledger.stopped_since(104.0)
+        assert [(m.checkpoint_id, m.version) for m in found] == want
+    for s in two_stores:
+        await s.close()

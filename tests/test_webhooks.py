@@ -378,6 +378,37 @@ def test_two_serve_processes_on_one_sqlite_file_post_each_event_once(tmp_path):
     assert "webhooks:" not in outputs, outputs
 
 
+def test_a_service_killed_mid_attempt_leaves_the_delivery_to_another_once_its_claim_lapses(tmp_path):
+    """Service A claims the event and is SIGKILLed while its post hangs; service B on the same file posts it — the
+    same delivery ID and body — once A's claim has lapsed on the database's clock (twice the timeout plus 10 s),
+    not before."""
+    db, timeout = str(tmp_path / "shared.db"), 1.0
+    hold = 2 * timeout + 10
+    with Receiver() as rx:
+        rx.hold()
+        env = {"WAYPOINT_WEBHOOK_SECRET": SECRET}
+        args = ("--webhook", rx.url, "--webhook-timeout", str(timeout))
+        (tmp_path / "a").mkdir()
+        (tmp_path / "b").mkdir()
+        with ServeProcess(tmp_path / "a", agents="service_agent:steps", db=db, args=args, env=env) as a, a.client() as ca:
+            ca.post("/runs", json={"agent": "steps", "input": {"n": 1}, "checkpoint_id": "k1", "wait": True})
+            (first,) = rx.wait_for(1, ok=False)  # A's attempt, hanging
+            a.proc.kill()
+            a.proc.wait(10)
+        rx.release()
+        with ServeProcess(tmp_path / "b", agents="service_agent:steps", db=db, args=args, env=env):
+            second = rx.wait_for(2, timeout=hold + 30, ok=False)[1]
+
+            def delivered() -> list:
+                with sqlite3.connect(db) as conn:
+                    return conn.execute("SELECT state, attempts FROM waypoint_deliveries").fetchall()
+
+            wait_until(lambda: delivered() == [("delivered", 1)], 30, "B's attempt recorded")
+    assert second.status == 200 and second.body == first.body and len(rx.requests) == 2
+    assert second.headers["waypoint-delivery"] == first.headers["waypoint-delivery"] == first.data["id"]
+    assert second.at - first.at >= hold - 1.0  # B waited for the claim to lapse
+
+
 def test_a_service_started_on_old_runs_posts_nothing_for_them(tmp_path):
     """Runs that stopped an hour before the service started are history (not posted); one that stopped within
     the lookback before it started (a restart's gap) is."""

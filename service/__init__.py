@@ -13,6 +13,7 @@ from waypoint.stores import open_store
 from ._auth import Auth, AuthError
 from ._service import Service, create_app, create_router
 from ._targets import ServiceError, load_targets
+from ._webhooks import WebhookError, Webhooks, verify_signature
 
 __all__ = ["create_app", "create_router", "Service", "Auth", "AuthError", "ServiceError", "load_targets",
-           "open_store"]
+           "open_store", "Webhooks", "WebhookError", "verify_signature"]

@@ -13,11 +13,13 @@ from fastapi.openapi.utils import get_openapi
 
 from ._api import build_api_router
 from ._guard import MAX_BODY, guarded_route
+from ._notify import Notifier
 from ._recovery import MAX_ATTEMPTS, start_recovery, stop_recovery
 from ._responses import SafeJSONResponse
 from ._sessions import SESSION_TTL
 from ._state import DRAIN_SECONDS, ServiceState
 from ._ui import build_ui_router
+from ._webhooks import Webhooks
 
 __all__ = ["Service", "create_app", "create_router"]
 
@@ -43,7 +45,8 @@ class Service(ServiceState):
 
 def create_router(runners_or_graphs: Any, store: Any, *, auth: Any = None, max_body: int = MAX_BODY,
                   session_ttl: float = SESSION_TTL, queue: Any = None, recover: bool = True,
-                  max_attempts: int = MAX_ATTEMPTS, drain_seconds: float = DRAIN_SECONDS) -> APIRouter:
+                  max_attempts: int = MAX_ATTEMPTS, drain_seconds: float = DRAIN_SECONDS,
+                  webhooks: Any = None) -> APIRouter:
     """The service as a router for an existing FastAPI app: `app.include_router(router, prefix="/waypoint")`.
 
     The router's lifespan (merged into the app's by `include_router`) recovers the served runs whose process
@@ -52,19 +55,29 @@ def create_router(runners_or_graphs: Any, store: Any, *, auth: Any = None, max_b
     the runs it executes (each finishes its step within `drain_seconds`; none is stored as cancelled, each is
     left for the next process to continue at once); `router.service` is the `Service`. With a `queue` the workers recover the runs (each
     worker continues its graphs' runs whose process died), so the service does not.
+    `webhooks` (a URL, a list of URLs, or a `Webhooks`): the served runs' pauses, expiries, completions and
+    failures are posted there, signed, while the app runs (docs/service.md, "Notifications"); without a signing
+    key (`$WAYPOINT_WEBHOOK_SECRET`) it is a `WebhookError` here.
     """
+    hooks = Webhooks.of(webhooks)
     service = Service(runners_or_graphs, store, auth=auth, max_body=max_body, session_ttl=session_ttl, queue=queue,
                       drain_seconds=drain_seconds)
+    service.notifier = Notifier(service, hooks) if hooks is not None else None
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Any) -> AsyncIterator[None]:
         own = recover and service.queue is None  # with a queue, the workers recover runs
         recovery = start_recovery(service, max_attempts=max_attempts) if own else None
+        notifier = service.notifier
+        if notifier is not None:
+            notifier.start()
         try:
             yield
         finally:
             await stop_recovery(recovery)
             await service.aclose()
+            if notifier is not None:  # last: what the drain wrote is registered for the next service
+                await notifier.aclose()
 
     router = APIRouter(lifespan=lifespan, default_response_class=SafeJSONResponse)
     router.include_router(service.router)
@@ -74,13 +87,15 @@ def create_router(runners_or_graphs: Any, store: Any, *, auth: Any = None, max_b
 
 def create_app(runners_or_graphs: Any, store: Any, *, auth: Any = None, title: str = "Waypoint",
                max_body: int = MAX_BODY, session_ttl: float = SESSION_TTL, queue: Any = None,
-               recover: bool = True, max_attempts: int = MAX_ATTEMPTS, drain_seconds: float = DRAIN_SECONDS) -> FastAPI:
+               recover: bool = True, max_attempts: int = MAX_ATTEMPTS, drain_seconds: float = DRAIN_SECONDS,
+               webhooks: Any = None) -> FastAPI:
     """An ASGI app (FastAPI) serving `runners_or_graphs` on `store`: the API, its OpenAPI document at
     `/openapi.json`, and the approval page at `/ui`. `auth`: see `Auth` (default: `WAYPOINT_TOKEN`); `queue`:
-    see `Service`; `recover`, `max_attempts`: automatic recovery, `drain_seconds`: the drain at shutdown, as
-    `create_router` says."""
+    see `Service`; `recover`, `max_attempts`: automatic recovery, `drain_seconds`: the drain at shutdown,
+    `webhooks`: notifications, as `create_router` says."""
     router = create_router(runners_or_graphs, store, auth=auth, max_body=max_body, session_ttl=session_ttl,
-                           queue=queue, recover=recover, max_attempts=max_attempts, drain_seconds=drain_seconds)
+                           queue=queue, recover=recover, max_attempts=max_attempts, drain_seconds=drain_seconds,
+                           webhooks=webhooks)
     service: Service = router.service  # type: ignore[attr-defined]
     app = FastAPI(title=title, version="1", docs_url=None, redoc_url=None, openapi_url=None,
                   description="Start, inspect and resume checkpointed Waypoint runs; follow them live (SSE).")

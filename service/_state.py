@@ -54,6 +54,8 @@ class ServiceState:
         self.executor = Executor(store, self.logs, self.watcher)
         self.queue = _queue(queue, store)
         self.dispatcher = Dispatcher(self.queue, self.logs, self.watcher) if self.queue is not None else None
+        self.notifier: Any = None
+        """The `Notifier` posting the served runs' events to webhooks (`create_app(webhooks=...)`), or None."""
         self._pending: OrderedDict[tuple[str, int, float, float], list[dict[str, Any]]] = OrderedDict()
 
     async def aclose(self) -> None:

@@ -4,6 +4,7 @@
                    [--max-body BYTES] [--session-ttl SECONDS] [--header-timeout SECONDS]
                    [--body-timeout SECONDS] [--keep-alive SECONDS] [--max-connections N]
                    [--no-recover] [--max-attempts N] [--drain SECONDS]
+                   [--webhook URL ...] [--webhook-timeout SECONDS] [--webhook-attempts N]
 
 The token comes from `WAYPOINT_TOKEN` (and `WAYPOINT_READ_TOKEN` for read-only viewers); without one, or
 with one shorter than 16 characters, the command refuses to start (exit code 2); a port another process listens
@@ -19,6 +20,8 @@ is closed after `--keep-alive`, and past `--max-connections` a request is answer
 served agents whose process died are continued by this process (with `--queue`, by the workers), at start
 and while it runs (automatic recovery; `--no-recover` turns it off; a run is given up after `--max-attempts` takeovers in a row without
 progress).
+With `--webhook URL` (repeatable) the served runs' pauses, expiries, completions and failures are posted to each
+URL, signed with the key in `WAYPOINT_WEBHOOK_SECRET` — without which it refuses to start (exit code 2).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from ._sessions import SESSION_TTL
 from ._state import DRAIN_SECONDS
 from ._service import create_app
 from ._targets import ServiceError, load_targets
+from ._webhooks import SECRET_ENV, Webhooks
 
 __all__ = ["main", "serve"]
 
@@ -83,6 +87,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--drain", type=float, default=DRAIN_SECONDS, metavar="SECONDS",
                    help="on SIGTERM, how long runs may finish the step they are in before they are stopped where "
                         "they are (either way the next process continues them; default: %(default)s)")
+    p.add_argument("--webhook", action="append", default=[], metavar="URL",
+                   help="post each served run's pause, expired pause, completion and failure to URL, signed with "
+                        f"${SECRET_ENV} (repeatable: every URL gets every event)")
+    p.add_argument("--webhook-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="an attempt that gets no 2xx answer within this is tried again (default: %(default)s)")
+    p.add_argument("--webhook-attempts", type=int, default=8, metavar="N",
+                   help="attempts per event before it is given up, logged (default: %(default)s)")
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     return p
 
@@ -104,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         auth = Auth()
+        hooks = Webhooks(urls=tuple(args.webhook), timeout=args.webhook_timeout,
+                         attempts=args.webhook_attempts) if args.webhook else None
         targets = load_targets(args.agents)
         if "://" not in args.db and args.db != "memory":
             Path(args.db).parent.mkdir(parents=True, exist_ok=True)
@@ -124,7 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                           header_timeout=args.header_timeout, body_timeout=args.body_timeout,
                           keep_alive=args.keep_alive, max_connections=args.max_connections,
                           recover=args.recover, max_attempts=args.max_attempts, drain_seconds=args.drain,
+                          webhooks=hooks,
                           banner=f"(database {args.db}{'; runs executed by workers' if args.queue else ''}; "
+                                 f"{_posting(hooks)}"
                                  f"token from ${TOKEN_ENV}"
                                  f"{' and $' + READ_TOKEN_ENV if os.environ.get(READ_TOKEN_ENV) else ''})"))
     except CannotListen as err:  # the address is taken: nothing was started
@@ -178,19 +193,21 @@ async def serve(targets: Any, store: Any, *, host: str = "127.0.0.1", port: int 
                 session_ttl: float = SESSION_TTL, header_timeout: float = HEADER_TIMEOUT,
                 body_timeout: float = BODY_TIMEOUT, keep_alive: float = KEEP_ALIVE,
                 max_connections: int = MAX_CONNECTIONS, queue: Any = None, recover: bool = True,
-                max_attempts: int = MAX_ATTEMPTS, drain_seconds: float = DRAIN_SECONDS) -> None:
+                max_attempts: int = MAX_ATTEMPTS, drain_seconds: float = DRAIN_SECONDS, webhooks: Any = None) -> None:
     """Serve `targets` on `store` with uvicorn until stopped; prints the page's address once listening. A
     request's headers and body must arrive within `header_timeout` / `body_timeout` seconds (else its
     connection is closed), an idle connection closes after `keep_alive` seconds, and past `max_connections`
     connections a request is answered 503. `queue` (True or a `RunQueue`): workers execute the runs.
-    `recover`, `max_attempts`: automatic recovery; `drain_seconds`: the drain when stopped (`create_app`)."""
+    `recover`, `max_attempts`: automatic recovery; `drain_seconds`: the drain when stopped; `webhooks`:
+    notifications (`create_app`)."""
     import uvicorn
 
     sockets: list[socket.socket] = []
     try:
         sockets = listen(host, port)  # first: a port in use starts nothing (no recovery, no lifespan)
         app = create_app(targets, store, auth=auth, max_body=max_body, session_ttl=session_ttl, queue=queue,
-                         recover=recover, max_attempts=max_attempts, drain_seconds=drain_seconds)
+                         recover=recover, max_attempts=max_attempts, drain_seconds=drain_seconds,
+                         webhooks=webhooks)
         config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                                 http=deadline_protocol(header_timeout, body_timeout), timeout_keep_alive=keep_alive,
                                 limit_concurrency=max_connections,
@@ -209,6 +226,12 @@ async def serve(targets: Any, store: Any, *, host: str = "127.0.0.1", port: int 
         for sock in sockets:
             sock.close()
         await store.close()
+
+
+def _posting(hooks: Webhooks | None) -> str:
+    if hooks is None:
+        return ""
+    return f"events posted to {len(hooks.urls)} webhook{'s' if len(hooks.urls) > 1 else ''}, signed with ${SECRET_ENV}; "
 
 
 def _is_loopback(host: str) -> bool:

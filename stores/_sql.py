@@ -64,7 +64,7 @@ from ._common import (
     stamped,
 )
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 T = TypeVar("T")
 
 _BINARY = {"sqlite": "BLOB", "postgresql": "BYTEA"}
@@ -158,6 +158,17 @@ MIGRATIONS: dict[int, list[str]] = {
     7: [
         "ALTER TABLE waypoint_checkpoints ADD COLUMN deadline {real}",
         "CREATE INDEX waypoint_checkpoints_deadline ON waypoint_checkpoints (deadline) WHERE deadline IS NOT NULL",
+    ],
+    # Webhook deliveries (stores/deliveries.py): one row per (run incarnation, version, event, receiver), inserted
+    # by whichever service sees the event first, then claimed for each attempt; its `id` is the delivery's ID.
+    8: [
+        """CREATE TABLE waypoint_deliveries (
+            checkpoint_id TEXT NOT NULL, incarnation {real} NOT NULL, version INTEGER NOT NULL, event TEXT NOT NULL,
+            target TEXT NOT NULL, id TEXT NOT NULL UNIQUE, body {binary} NOT NULL, state TEXT NOT NULL,
+            attempts INTEGER NOT NULL, next_try {real} NOT NULL, claim TEXT, claimed_until {real},
+            created_at {real} NOT NULL, finished_at {real}, last_error TEXT,
+            PRIMARY KEY (checkpoint_id, incarnation, version, event, target))""",
+        "CREATE INDEX waypoint_deliveries_due ON waypoint_deliveries (target, state, next_try)",
     ],
 }
 

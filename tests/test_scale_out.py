@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from test_cross_process import finish, start, starts, wait_for_line, wait_until
+from waypoint.stores._sql import SCHEMA_VERSION
 
 PROCS = Path(__file__).parent / "procs"
 RUNS = 200
@@ -199,7 +200,7 @@ asyncio.run(main())
     for p in procs:
         _, err = p.communicate(timeout=60)
         assert p.returncode == 0, err
-    assert pg.sql("SELECT version FROM waypoint_schema", db=database_of(pg_url)) == [(7,)]
+    assert pg.sql("SELECT version FROM waypoint_schema", db=database_of(pg_url)) == [(SCHEMA_VERSION,)]
 
 
 def test_two_processes_resume_the_same_paused_run_on_postgres_exactly_one_proceeds(pg_url, tmp_path):

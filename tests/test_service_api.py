@@ -468,7 +468,7 @@ def test_the_public_names():
     import waypoint.service as service
 
     assert set(service.__all__) == {"create_app", "create_router", "Service", "Auth", "AuthError", "ServiceError",
-                                    "load_targets", "open_store"}
+                                    "load_targets", "open_store", "Webhooks", "WebhookError", "verify_signature"}
     for name in service.__all__:
         assert hasattr(service, name)
 

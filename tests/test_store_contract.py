@@ -11,6 +11,7 @@ import pytest
 from waypoint.engine.errors import CheckpointConflict, CheckpointNotFound
 from waypoint.engine.keep.store import Blob, CheckpointMeta, MissingBlobs
 from waypoint.stores import MemoryStore, SQLiteStore, SQLStore
+from waypoint.stores._sql import SCHEMA_VERSION
 
 
 
@@ -421,7 +422,7 @@ def test_a_version_1_database_is_migrated_in_place(tmp_path):
     assert [m.version for m in old] == [1] and old[0].origin is None
     assert new[0].origin == "old-run@1"
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT version FROM waypoint_schema").fetchall() == [(7,)]
+        assert conn.execute("SELECT version FROM waypoint_schema").fetchall() == [(SCHEMA_VERSION,)]
         assert conn.execute("SELECT COUNT(*) FROM waypoint_queue").fetchall() == [(0,)]  # migration 3
 
 

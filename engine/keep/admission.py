@@ -83,7 +83,9 @@ class Admission:
         retire_failed_answers(loaded.position, loaded.meta.status, f"runnable:{self.graph.name}")
         standing = None if branch else standing_answers(loaded.position, loaded.meta.status, loaded.meta.error)
         self._check_resume(loaded, request, standing)
-        request = await self._check_deadlines(loaded.position, request, loaded.meta.status, branch)
+        request, expired = await self._check_deadlines(loaded.position, request, loaded.meta.status, branch)
+        if expired:  # the claim says so (`"<id>@<version> expired"`): what notifications and audits read
+            self.cp.origin = f"{self.source}@{loaded.meta.version} expired"
         if standing is not None:  # a resume claimed this run and its process stopped: its answers stand
             request = standing.joined(request)
         run.restore(loaded.position, request)
@@ -291,12 +293,13 @@ class Admission:
             )
 
     async def _check_deadlines(self, pos: Any, request: ResumeRequest | None, status: str,
-                               branch: bool) -> ResumeRequest | None:
+                               branch: bool) -> tuple[ResumeRequest | None, bool]:
         """A pause whose deadline has passed on the store's clock takes only the answer its deadline gives
         (docs/resume.md, "Deadlines"); an `Expired` only a pause that is due, as what the pause said happens then.
         A resume of a failed run gives its due pauses their deadline's answer; a branch's pauses wait without a
         deadline. Otherwise `PauseExpired`, and nothing is written. The claim that follows is refused by the
-        store if a deadline of a pause it answers passes before it commits (`Checkpointer.answer_by`)."""
+        store if a deadline of a pause it answers passes before it commits (`Checkpointer.answer_by`). Returns the
+        request and whether a pause takes its deadline's answer."""
         timed = {r.id: r for r in paused_records(pos) if r.deadline is not None}
         if branch:  # a fork or time travel is a person's deliberate act: what it re-opens waits for them
             for record in timed.values():
@@ -309,12 +312,12 @@ class Admission:
             raise PauseExpired(f"run '{self.source}': interrupt {', '.join(untimed)} has no deadline, so it cannot be "
                                "answered with Expired; answer it as it asks")
         if not timed:
-            return request
+            return request, False
         now = await store_clock(self.graph.store)
         answered_at = now if self.opts.answered_at is None else min(now, self.opts.answered_at)
         data = dict(request.data) if request is not None else {}
         targeted = (lambda i: request.everything or i in request.ids) if request is not None else (lambda i: False)
-        answer_by = None
+        answer_by, expired = None, False
         for iid, record in sorted(timed.items()):
             due, deadline_answer = record.deadline <= now, record.on_deadline if record.has_on_deadline \
                 else Expired(record.deadline)
@@ -323,19 +326,19 @@ class Admission:
                     raise PauseExpired(
                         f"run '{self.source}': interrupt {iid} is not due until {_utc(record.deadline)} (by the "
                         f"store's clock, {record.deadline - now:.1f} s from now); it expires then, not before")
-                data[iid] = deadline_answer
+                data[iid], expired = deadline_answer, True
             elif iid in given:
                 if record.deadline <= answered_at:
                     raise PauseExpired(self._late(iid, record.deadline, now, status))
                 answer_by = record.deadline if answer_by is None else min(answer_by, record.deadline)
             elif due and (status == "failed" or targeted(iid)):  # nobody answers it now: its deadline does
-                data[iid] = deadline_answer
+                data[iid], expired = deadline_answer, True
         if self.opts.answered_at is None:
             self.cp.answer_by = answer_by
         if request is None and not data:
-            return None
+            return None, False
         base = request or ResumeRequest()
-        return replace(base, data=data, ids=base.ids | frozenset(data))
+        return replace(base, data=data, ids=base.ids | frozenset(data)), expired
 
     def _late(self, iid: str, deadline: float, now: float, status: str) -> str:
         how = ("resume the run without answering it (that retries its failed step), and it takes its deadline's "

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from waypoint.engine import (END, START, ChatModelAgent, Expired, Graph, GraphInterrupted, Interrupt, Message,
+from waypoint.engine import (END, START, ChatModelAgent, Expired, Graph, GraphInterrupted, Interrupt, Message, NodeError,
                              PauseExpired, ToolCall, get_resume_context, read_run, recover, tool)
 from waypoint.engine.keep.store import CheckpointMeta
 from waypoint.middleware import ApprovalMiddleware, ApprovalResult
@@ -417,3 +417,182 @@ def test_a_waypoint_worker_expires_a_due_approval_through_the_queue(tmp_path):
     assert [d.verb for d in snap.state.decisions] == ["expired"], err[-3000:]
     assert "the approval expired at" in snap.state.messages[-1].content and effects(tmp_path) == []
     assert paused["iid"] in err  # the worker said which pause it expired
+
+
+# --- found under attack ------------------------------------------------------------------------------------
+
+class _Asks:
+    """Asks for `execute` with each of `calls` (call ID, arguments); then repeats what the tools answered."""
+
+    def __init__(self, *calls: tuple[str, str]) -> None:
+        self.calls = calls or (("c1", '{"command": "echo hi"}'),)
+
+    async def generate(self, messages, **_):
+        if messages[-1].role == "tool":
+            return Message.assistant("model read: " + " | ".join(m.content for m in messages if m.role == "tool"))
+        return Message.assistant(tool_calls=[ToolCall(id=i, name="execute", arguments=a) for i, a in self.calls])
+
+    async def stream(self, messages, **_):
+        yield await self.generate(messages)
+
+
+def _ops(store, expires: float, ran: list, *calls: tuple[str, str], fails: str = ""):
+    @tool
+    def execute(command: str) -> str:
+        """Run a shell command."""
+        ran.append(command)
+        if command == fails:
+            raise RuntimeError("the host is down")
+        return f"ran {command}"
+
+    return ChatModelAgent(name="ops", model=_Asks(*calls), tools=[execute],
+                          middlewares=[ApprovalMiddleware({"execute"}, expires_after=expires)]).compile(store=store)
+
+
+async def _ask(app, cid="r1"):
+    with pytest.raises(GraphInterrupted) as paused:
+        await app.ainvoke("run it", checkpoint_id=cid)
+    return paused.value.info.contexts
+
+
+async def test_an_answer_queued_in_time_is_taken_however_late_a_worker_gets_to_it(tmp_path):
+    from waypoint.stores import RunQueue, Worker
+
+    store, ran = SQLiteStore(tmp_path / "q.db"), []
+    app = _ops(store, 1.0, ran)
+    queue = RunQueue(store)
+    await queue.submit(app, "run it", "r1")
+    worker = Worker(store, [app], poll=0.05)
+    task = asyncio.create_task(worker.run())
+    paused = await queue.wait("r1", timeout=30)
+    worker.stop()
+    await asyncio.gather(task, return_exceptions=True)
+    (iid,) = paused.interrupts
+    await queue.resume("r1", {iid: ApprovalResult(approved=True)}, expected_version=paused.version)  # in time
+    deadline = (await store.history("r1", limit=1))[0].deadline
+    await _due(store, deadline)  # ... but no worker runs until after the deadline
+    worker = Worker(store, [app], poll=0.05)
+    task = asyncio.create_task(worker.run())
+    done = await queue.wait("r1", timeout=30)
+    worker.stop()
+    await asyncio.gather(task, return_exceptions=True)
+    assert done.outcome == "completed" and ran == ["echo hi"], done
+    assert (await read_run(store, "r1")).state.decisions[0].verb == "approved"
+    await store.close()
+
+
+async def test_a_claim_that_lands_after_the_deadline_it_answers_is_refused_by_the_store(tmp_path):
+    class SlowClaims:  # the claim's write reaches the database late (a GC pause, a slow network)
+        def __init__(self, inner):
+            self.inner, self.slowed = inner, False
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        async def put(self, meta, *args, **kwargs):
+            if meta.status == "running" and not self.slowed:
+                self.slowed = True
+                await _due(self.inner, deadline)
+            return await self.inner.put(meta, *args, **kwargs)
+
+    store, ran = SQLiteStore(tmp_path / "g.db"), []
+    (ctx,) = await _ask(_ops(store, 1.0, ran))
+    deadline = ctx.deadline
+    before = (await store.history("r1", limit=1))[0].version
+    slow = _ops(SlowClaims(store), 1.0, ran)
+    with pytest.raises(PauseExpired, match="expired .* before the resume could claim the run"):
+        await slow.ainvoke(None, checkpoint_id="r1", resume={ctx.id: ApprovalResult(approved=True)})  # sent in time
+    assert (await store.history("r1", limit=1))[0].version == before and ran == []
+    await store.close()
+
+
+async def test_due_runs_this_process_leaves_never_hide_its_own(tmp_path):
+    store = SQLiteStore(tmp_path / "g.db")
+    other = _asker(deadline=0.2).compile(store=store)
+    other.shape.name = "other"  # noqa: SLF001 - another graph on the same database, served elsewhere
+    other.shape._structure = None
+    for i in range(510):  # more than one page of due runs ahead of ours
+        await _paused(other, f"o{i:03d}")
+    mine = _asker(deadline=0.5, on_deadline="no").compile(store=store)
+    ctx = await _paused(mine, "m1")
+    await _due(store, ctx.deadline)
+    outcomes = await recover([mine])
+    assert [(o.checkpoint_id, o.outcome) for o in outcomes] == [("m1", "expired")]
+    await store.close()
+
+
+async def test_a_failed_runs_due_pause_takes_its_deadlines_answer_when_the_run_is_retried(tmp_path):
+    store, ran = SQLiteStore(tmp_path / "g.db"), []
+    app = _ops(store, 1.0, ran, ("c1", '{"command": "flaky"}'), ("c2", '{"command": "safe"}'), fails="flaky")
+    first, second = await _ask(app)
+    with pytest.raises(NodeError):  # c1 approved in time; its tool fails, and so does the run
+        await app.ainvoke(None, checkpoint_id="r1", resume={first.id: ApprovalResult(approved=True)})
+    await _due(store, second.deadline)
+    with pytest.raises(PauseExpired, match="resume the run without answering it"):
+        await app.ainvoke(None, checkpoint_id="r1", resume={second.id: ApprovalResult(approved=True)})
+    with pytest.raises(GraphInterrupted) as again:  # the retry: c2 expires; c1, answered in time, asks again
+        await app.ainvoke(None, checkpoint_id="r1")
+    (asked,) = again.value.info.contexts
+    assert asked.deadline is None and "flaky" in str(asked.info)
+    assert ran == ["flaky"]  # "safe" never ran: its approval expired
+    await store.close()
+
+
+async def test_a_due_pause_resumed_without_an_answer_gets_its_deadlines_answer():
+    store = MemoryStore()
+    app = _asker(deadline=0.2, on_deadline="no answer").compile(store=store)
+    ctx = await _paused(app)
+    await _due(store, ctx.deadline)
+    assert await app.ainvoke(None, checkpoint_id="g1", resume=[ctx.id]) == {"got": "no answer"}
+
+
+async def test_a_fork_of_a_pause_whose_deadline_passed_waits_for_a_person(tmp_path):
+    store = SQLiteStore(tmp_path / "g.db")
+    app = _asker(deadline=0.2, on_deadline="no answer").compile(store=store)
+    ctx = await _paused(app)
+    await _due(store, ctx.deadline)
+    with pytest.raises(GraphInterrupted) as forked:
+        await app.ainvoke(None, checkpoint_id="g1", write_to="g2", resume=[])
+    (reopened,) = forked.value.info.contexts
+    assert reopened.deadline is None and (await store.history("g2", limit=1))[0].deadline is None
+    assert await app.ainvoke(None, checkpoint_id="g1", version=(await store.history("g1", limit=1))[0].version,
+                             write_to="g3", resume={ctx.id: "yes"}) == {"got": "yes"}  # answering otherwise
+    await store.close()
+
+
+async def test_an_approval_asked_again_after_a_restart_below_still_expires():
+    from waypoint.engine import Restart
+
+    ran: list = []
+
+    @tool
+    def execute(command: str) -> str:
+        """Run a shell command (asks which host first)."""
+        if not get_resume_context()[1]:
+            raise Interrupt({"which host for": command})
+        ran.append(command)
+        return f"ran {command}"
+
+    store = MemoryStore()
+    app = ChatModelAgent(name="ops", model=_Asks(), tools=[execute],
+                         middlewares=[ApprovalMiddleware({"execute"}, expires_after=0.5)]).compile(store=store)
+    (approval,) = await _ask(app)
+    with pytest.raises(GraphInterrupted) as inner:
+        await app.ainvoke(None, checkpoint_id="r1", resume={approval.id: ApprovalResult(approved=True)})
+    (question,) = inner.value.info.contexts
+    with pytest.raises(GraphInterrupted) as again:
+        await app.ainvoke(None, checkpoint_id="r1", resume={question.id: Restart(replace_input={"command": "rm"})})
+    (asked,) = again.value.info.contexts
+    assert asked.deadline is not None and "rm" in str(asked.info)
+    await _due(store, asked.deadline)
+    (outcome,) = await recover([app])
+    assert outcome.outcome == "expired" and ran == []
+
+
+def test_a_deadline_too_far_off_is_refused_not_stored():
+    with pytest.raises(ValueError, match="100 years"):
+        Interrupt("x", deadline=10**400)
+    from waypoint.engine import GraphBuildError
+
+    with pytest.raises(GraphBuildError, match="100 years"):
+        ApprovalMiddleware({"x"}, expires_after=1e300)

@@ -85,7 +85,8 @@ def _fences_deadlines(store: Any) -> bool:
     known = _FENCES.get(kind)
     if known is None:
         try:
-            known = "due_by" in inspect.signature(store.put).parameters
+            params = inspect.signature(store.put).parameters  # a wrapper's **kwargs hands it on
+            known = "due_by" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
         except (TypeError, ValueError):
             known = False
         _FENCES[kind] = known

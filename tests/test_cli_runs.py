@@ -276,8 +276,8 @@ def test_approve_and_reject_on_a_plain_graph_pass_a_dict(db, template, tmp_path)
     (["approve-me", "--graph", "runs_fixtures:agent"], ["waits on interrupt", "--approve IID"]),
     (["chat-done", "--graph", "runs_fixtures:agent"], ["has completed"]),
     (["refund-7", "--respond", "REFUND", "1"], ["graph 'refunds', not by an agent", "--graph"]),
-    (["refund-7", "--respond", "REFUND", "1", "--graph", "runs_fixtures:other"],
-     ["written by another graph", "node(s) ['audit'] added"]),
+    (["refund-7", "--respond", "REFUND", "1", "--graph", "runs_fixtures:steps"],
+     ["written by another graph", "name was 'refunds', now 'steps'"]),
     (["approve-me", "--approve", "x", "--graph", "no_such_module:agent"], ["cannot import 'no_such_module'"]),
     (["approve-me", "--approve", "x", "--graph", "runs_fixtures:execute"], ["is a Tool, not a ChatModelAgent"]),
     (["approve-me", "--respond", "x", "yes", "--graph", "runs_fixtures:agent"], ["'yes' is not JSON"]),
@@ -289,6 +289,15 @@ def test_a_resume_that_cannot_be_done_is_refused_in_one_line(db, tmp_path, args,
         args = [pending_ids(db, "refund-7")[0] if a == "REFUND" else a for a in args]
     refused(runs("resume", *args, db=db, RUNS_JOURNAL=str(journal)), *words)
     assert not journal.exists()
+
+
+def test_a_later_version_of_the_graph_that_adds_a_node_resumes_the_run(db):
+    """A deploy that cannot change what the run did (docs/resume.md, "Deploys"): `runs_fixtures:other` adds a node
+    after the one the run is paused at."""
+    (iid,) = pending_ids(db, "refund-7")
+    code, out, err = runs("resume", "refund-7", "--approve", iid, "--graph", "runs_fixtures:other", "--json", db=db)
+    assert code == 0, err
+    assert json.loads(out)["output"] == "refund 120: {'approved': True}"
 
 
 def test_an_agent_no_command_defines_needs_graph(db):

@@ -146,7 +146,7 @@ class Notifier:
         """Register every event of a served run written since `since` that no service registered yet."""
         fresh = []
         for meta in await self.ledger.stopped_since(since):
-            target = self.state.target_of(meta)
+            target = await self.state.resolve(meta)  # an earlier version of a served graph's run is served too
             if target is None:  # a graph this service does not serve: its own service posts it
                 continue
             for event in events_of(meta):

@@ -43,7 +43,7 @@ async def prepare_resume(state: ServiceState, checkpoint_id: str, body: ResumeRu
     if not found:
         return missing(checkpoint_id)
     head = found[0]
-    target = state.target_of(head)
+    target = await state.resolve(head)
     if target is None:
         return problem(409, f"run '{checkpoint_id}' was written by a graph this service does not run (it runs "
                        f"{', '.join(sorted(state.targets))})", current_version=head.version, status=head.status)

@@ -57,6 +57,8 @@ class ServiceState:
         self.notifier: Any = None
         """The `Notifier` posting the served runs' events to webhooks (`create_app(webhooks=...)`), or None."""
         self._pending: OrderedDict[tuple[str, int, float, float], list[dict[str, Any]]] = OrderedDict()
+        self._earlier: dict[str, Target] = {}  # fingerprint of an earlier version of a served graph -> its target
+        self._foreign: set[str] = set()  # fingerprints of graphs this service does not serve
 
     async def aclose(self) -> None:
         """Stop the runs this process executes for its shutdown (each at its next step boundary within
@@ -74,8 +76,30 @@ class ServiceState:
         return target.name if target is not None else None
 
     def target_of(self, meta: CheckpointMeta) -> Target | None:
-        """The served agent or graph that wrote this version (by its fingerprint)."""
-        return self.by_fingerprint.get(meta.fingerprint)
+        """The served agent or graph that wrote this version (by its fingerprint), or that a version it serves is a
+        later version of (once `resolve` has read one such run)."""
+        found = self.by_fingerprint.get(meta.fingerprint)
+        return found if found is not None else self._earlier.get(meta.fingerprint)
+
+    async def resolve(self, meta: CheckpointMeta) -> Target | None:
+        """`target_of`, reading the run's stored graph once per unknown fingerprint: a run written by an earlier
+        version of a served graph (a deploy) belongs to the served one of its name — the engine then judges, at a
+        resume, whether this version may continue it (docs/resume.md, "Deploys")."""
+        found = self.target_of(meta)
+        if found is not None or meta.fingerprint in self._foreign:
+            return found
+        try:
+            snap = await read_run(self.store, meta.checkpoint_id, version=meta.version)
+        except Exception:  # noqa: BLE001 - unreadable here: not ours to serve
+            snap = None
+        target = self.targets.get(snap.graph) if snap is not None and snap.graph else None
+        if target is None:
+            if len(self._foreign) >= _PENDING_CACHE:
+                self._foreign.clear()
+            self._foreign.add(meta.fingerprint)
+            return None
+        self._earlier[meta.fingerprint] = target
+        return target
 
     async def snapshot(self, checkpoint_id: str, version: int | None = None, head: CheckpointMeta | None = None,
                        ) -> Any:
@@ -85,7 +109,7 @@ class ServiceState:
             if not found:
                 return None
             head = found[0]
-        target = self.target_of(head)
+        target = await self.resolve(head)
         if target is not None:
             return await target.app.get_run(checkpoint_id, version=version)
         return await read_run(self.store, checkpoint_id, version=version)

@@ -5,6 +5,7 @@ continues it; one that can is refused, naming the run and what changed, and noth
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -241,3 +242,25 @@ def test_keeping_the_state_schema_leaves_the_graph_fingerprint_what_it_was(tmp_p
         prints.append(json.loads(shown.stdout)["fingerprint"])
         (tmp_path / "state.db").unlink()
     assert prints[0] == prints[1]
+
+
+def test_a_service_running_v2_shows_and_approves_an_approval_paused_under_v1_and_it_runs_once(tmp_path):
+    """A deploy of `waypoint serve`: the page and API of v2 show a run v1 paused, and its approval runs the call
+    once (the run's graph is the served one of its name; the engine judges the deploy at the resume)."""
+    from service_support import ServeProcess
+
+    iid = deploy(tmp_path, "agent-v1", "pause")["iid"]
+    with sqlite3.connect(tmp_path / "app.db") as conn:
+        (paused_at,), = conn.execute("SELECT MAX(version) FROM waypoint_checkpoints WHERE checkpoint_id = 'run-1'")
+    serve = ServeProcess(tmp_path, agents="deploy_app:agent_v2", db=str(tmp_path / "app.db"),
+                         env={"EFFECTS": str(tmp_path / "effects.txt")})
+    try:
+        with serve.client() as client:
+            answer = client.post("/runs/run-1/resume", json={"answers": [  # the first request: nothing read yet
+                {"interrupt_id": iid, "action": "approve"}], "expected_version": paused_at, "wait": True})
+            assert answer.status_code == 200 and answer.json()["status"] == "completed", answer.text
+            run = client.get("/runs/run-1").json()
+            assert run["graph"] == "ops" and run["status"] == "completed", run
+    finally:
+        serve.stop()
+    assert effects(tmp_path) == ["echo deployed"]

@@ -83,6 +83,11 @@ def agent_v2_dropped() -> ChatModelAgent:
     return build_agent("agent-v2-dropped")
 
 
+def agent_v2() -> ChatModelAgent:
+    """v2 of the agent, as `waypoint serve --agents deploy_app:agent_v2` serves it."""
+    return build_agent("agent-v2")
+
+
 def agent(version: str, store: SQLiteStore):
     return build_agent(version).compile(store=store)
 

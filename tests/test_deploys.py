@@ -244,23 +244,23 @@ def test_keeping_the_state_schema_leaves_the_graph_fingerprint_what_it_was(tmp_p
     assert prints[0] == prints[1]
 
 
-def test_a_service_running_v2_shows_and_approves_an_approval_paused_under_v1_and_it_runs_once(tmp_path):
-    """A deploy of `waypoint serve`: the page and API of v2 show a run v1 paused, and its approval runs the call
-    once (the run's graph is the served one of its name; the engine judges the deploy at the resume)."""
+def test_a_service_running_v2_shows_and_resumes_a_run_paused_under_v1(tmp_path):
+    """A deploy of `waypoint serve` whose graph gained a node (another fingerprint): v2's API shows the run v1
+    paused as its own graph's, and resumes it through v2 (the engine judges the deploy at the resume)."""
     from service_support import ServeProcess
 
-    iid = deploy(tmp_path, "agent-v1", "pause")["iid"]
+    iid = deploy(tmp_path, "graph-v1", "pause")["iid"]
     with sqlite3.connect(tmp_path / "app.db") as conn:
         (paused_at,), = conn.execute("SELECT MAX(version) FROM waypoint_checkpoints WHERE checkpoint_id = 'run-1'")
-    serve = ServeProcess(tmp_path, agents="deploy_app:agent_v2", db=str(tmp_path / "app.db"),
+    serve = ServeProcess(tmp_path, agents="deploy_app:graph_v2_added", db=str(tmp_path / "app.db"),
                          env={"EFFECTS": str(tmp_path / "effects.txt")})
     try:
         with serve.client() as client:
             answer = client.post("/runs/run-1/resume", json={"answers": [  # the first request: nothing read yet
-                {"interrupt_id": iid, "action": "approve"}], "expected_version": paused_at, "wait": True})
+                {"interrupt_id": iid, "action": "respond", "output": True}], "expected_version": paused_at,
+                "wait": True})
             assert answer.status_code == 200 and answer.json()["status"] == "completed", answer.text
             run = client.get("/runs/run-1").json()
-            assert run["graph"] == "ops" and run["status"] == "completed", run
+            assert run["graph"] == "deploy" and run["output"] == "done 30", run  # (1+1+1) * 10: v2's audit ran
     finally:
         serve.stop()
-    assert effects(tmp_path) == ["echo deployed"]

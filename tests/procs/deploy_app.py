@@ -83,9 +83,9 @@ def agent_v2_dropped() -> ChatModelAgent:
     return build_agent("agent-v2-dropped")
 
 
-def agent_v2() -> ChatModelAgent:
-    """v2 of the agent, as `waypoint serve --agents deploy_app:agent_v2` serves it."""
-    return build_agent("agent-v2")
+def graph_v2_added() -> Graph:
+    """v2 of the graph, as `waypoint serve --agents deploy_app:graph_v2_added` serves it."""
+    return build_graph("graph-v2-added")
 
 
 def agent(version: str, store: SQLiteStore):

@@ -141,23 +141,25 @@ def verify_signature(secret: str | bytes, body: bytes, header: str, *, tolerance
                      now: float | None = None) -> bool:
     """Whether `header` (a `Waypoint-Signature`) signs `body` with `secret`, and its timestamp is within
     `tolerance` seconds of `now` (default: this clock). For receivers written in Python."""
+    if not isinstance(header, str) or not isinstance(body, (bytes, bytearray)):
+        return False
     fields: dict[str, list[str]] = {}
     for part in header.split(","):
         name, _, value = part.strip().partition("=")
         fields.setdefault(name, []).append(value)
-    try:
-        t = int(fields["t"][0])
-    except (KeyError, ValueError):
+    stamp = (fields.get("t") or [""])[0]
+    clock = time.time() if now is None else now
+    if not _DIGITS.fullmatch(stamp) or not abs(clock - int(stamp)) <= tolerance:  # NaN compares False: refused
         return False
-    if abs((time.time() if now is None else now) - t) > tolerance:
-        return False
-    want = _digest(secret, t, body)
-    return any(hmac.compare_digest(want, got) for got in fields.get("v1", ()))
+    want = _digest(secret, int(stamp), bytes(body)).encode("ascii")
+    # bytes, not str: compare_digest refuses non-ASCII text, and a header is the sender's to fill
+    return any(hmac.compare_digest(want, got.encode("utf-8", "surrogatepass")) for got in fields.get("v1", ()))
 
 
 # --- events ---------------------------------------------------------------------------------------------------
 
 _EXPIRED = re.compile(r"@(\d+) expired$")
+_DIGITS = re.compile(r"[0-9]{1,12}")
 
 
 def expired_pause(meta: CheckpointMeta) -> int | None:
@@ -170,10 +172,13 @@ def expired_pause(meta: CheckpointMeta) -> int | None:
     return int(found.group(1)) if found else max(meta.version - 1, 0)
 
 
+_EDIT = re.compile(r"@\d+ (update_state|migrate)\b")
+
+
 def events_of(meta: CheckpointMeta) -> list[str]:
     """The events version `meta` carries, in order (see the module)."""
     out = ["expired"] if expired_pause(meta) is not None else []
-    if meta.paused and " update_state" not in (meta.origin or ""):
+    if meta.paused and not _EDIT.search(meta.origin or ""):  # an edit or a migration of a paused run is no new wait
         out.append("waiting")
     elif meta.status in ("completed", "failed"):
         out.append(meta.status)

@@ -238,7 +238,7 @@ async def resume_command(args: Any, console: Console, hint: str) -> int:
         else:
             error, decisions = await _resume_graph(app, cid, _targets(answers, False, run), bound, out), []
         after = await read_version(store, cid, serializer=app.get_serializer())
-    return _report(after, error, decisions, console, args.json, hint)
+    return _report(after, error, decisions, console, args.json, hint, run.meta.version)
 
 
 async def _resume_agent(runner: Any, cid: str, targets: dict[str, Any], bound: dict[str, Any],
@@ -273,7 +273,7 @@ async def _resume_graph(app: Any, cid: str, targets: dict[str, Any], bound: dict
 
 
 def _report(after: StoredRun | None, error: BaseException | None, decisions: list[Any], console: Console,
-            as_script: bool, hint: str) -> int:
+            as_script: bool, hint: str, read: int | None = None) -> int:
     if after is None:
         raise RunsError("the run was deleted while it was being resumed")
     meta, cid = after.meta, after.meta.checkpoint_id
@@ -286,7 +286,10 @@ def _report(after: StoredRun | None, error: BaseException | None, decisions: lis
             "output": found["output"], "interrupts": [pending_json(p) for p in after.pending],
             "decisions": plain(decisions), "project_root": found["project_root"]}, ensure_ascii=True))
         return code
-    if meta.status == "interrupted" and after.pending:
+    if error is not None and meta.version == read:  # refused before the claim: nothing was written
+        console.line(f"run {visible(cid, strict=True)} was not resumed: it is still {meta.status} at version "
+                     f"{meta.version}, as it was", "red")
+    elif meta.status == "interrupted" and after.pending:
         ids = ", ".join(p.id for p in after.pending)
         shown = visible(cid, strict=True)
         console.line(f"run {shown} paused again at version {meta.version}: it waits on {ids} (`{hint} show {shown}`)",

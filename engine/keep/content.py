@@ -200,6 +200,11 @@ def _difference(old: dict[str, Any], new: dict[str, Any], where: str = "") -> st
     return prefix + ("; ".join(changes) or "the structure differs")
 
 
+def _nested_under(pos: Any, key: str) -> bool:
+    """Whether a run nested in node `key` (a subgraph's, an agent tool's) has recorded progress in `pos.nested`."""
+    return any(f";node:{key};" in f"{address};" for address in getattr(pos, "nested", {}) or {})
+
+
 def deploy_conflicts(old: dict[str, Any], new: dict[str, Any], pos: Any, where: str = "") -> list[str]:
     """What in a graph's new structure `new` could change what a run at `pos`, written under `old`, already did —
     an empty list when the new version may continue it (docs/resume.md, "Deploys"). The run's nodes are compared:
@@ -227,6 +232,9 @@ def deploy_conflicts(old: dict[str, Any], new: dict[str, Any], pos: Any, where: 
             elif isinstance(new_nodes[key], dict) and key in pos.interrupts and pos.interrupts[key].child is not None:
                 sub = f"{where}/{key}".strip("/")
                 conflicts += deploy_conflicts(old_nodes[key], new_nodes[key], pos.interrupts[key].child, sub)
+            elif isinstance(new_nodes[key], dict) and old_nodes[key] != new_nodes[key] and _nested_under(pos, key):
+                conflicts.append(f"{prefix}subgraph '{key}', where a nested run of it is under way, changed (its "
+                                 "progress is not compared: it continues only under the version that wrote it)")
         return conflicts
     except (AttributeError, KeyError, TypeError):
         return [f"{prefix}the stored graph structure is unreadable"]

@@ -171,6 +171,7 @@ def _goto(graph: GraphShape, loaded: Loaded, goto: str, cid: str) -> str:
     if goto in pos.pending or goto in pos.interrupts:
         raise WaypointError(f"run '{cid}': node '{goto}' is pending already, so it cannot also take the place of "
                             f"'{old}'; name another node; nothing was written")
+    _check_nothing_ran(pos, old, goto, cid)
     if old in pos.pending:
         pos.pending[goto] = pos.pending.pop(old)
     pos.interrupts.pop(old, None)
@@ -187,6 +188,20 @@ def _goto(graph: GraphShape, loaded: Loaded, goto: str, cid: str) -> str:
     address = f"runnable:{name};node:{old}"
     pos.nested = {a: v for a, v in pos.nested.items() if a != address and not a.startswith(address + ";")}
     return f"goto {goto} (from {old})"
+
+
+def _check_nothing_ran(pos: Any, old: str, goto: str, cid: str) -> None:
+    """goto= starts `goto` afresh: refused when `old` paused part-way through a step that already did something
+    (a tools node's finished calls, kept with its pause), which `goto` would do again."""
+    record = pos.interrupts.get(old)
+    state = record.state if record is not None and isinstance(record.state, dict) else {}
+    done = state.get("done") if isinstance(state.get("done"), dict) else {}
+    if done or (record is not None and record.child is not None):
+        what = f"{len(done)} of its calls already ran" if done else "a run nested in it is under way"
+        raise WaypointError(
+            f"run '{cid}': node '{old}' paused part-way through its step ({what}), and node '{goto}' would start that "
+            f"step afresh and do it again; resume the run with the version that wrote it until that step is over "
+            "(answer its pending calls there), then move it; nothing was written")
 
 
 def _answer(graph: GraphShape, loaded: Loaded, answer: dict[str, Any], cid: str) -> list[str]:

@@ -101,18 +101,34 @@ class VersionReader:
         content, trace = self._read_header(record, where)
         lists = set(content["lists"])
         values: dict[str, Any] = {}
-        for name, head in record.parts.items():
+
+        def decode(name: str, head: str) -> None:
             chain = record.chains.get(name) or ()
             self._verify_chain(name, head, chain, where)
             values[name] = self._decode_list(name, head, chain, where) if name in lists \
                 else self._decode_whole(name, head, chain, where)
+
+        for name in ("run", "graph"):
+            if name in record.parts:
+                decode(name, record.parts[name])
         try:
-            position = position_from_plain(values.pop("run"))
             structure = values.pop("graph")
             if type(structure) is not dict:
                 raise ValueError("the graph part is not a map")
+            held = {k[2:] for k in record.parts if k.startswith("s:")}
+            changes = self._state_changes(structure, content["state"], held)
+            changed = {c.field for c in changes}
+        except WaypointError:
+            raise
+        except Exception as err:
+            raise CheckpointCorrupted(
+                f"{where}: its content does not have the expected shape ({describe(err)}); {RESTORE}") from err
+        for name, head in record.parts.items():  # a field whose type changed is not decoded: it may not any more
+            if name not in ("run", "graph") and name[2:] not in changed:
+                decode(name, head)
+        try:
+            position = position_from_plain(values.pop("run"))
             fields = {k[2:]: v for k, v in values.items()}
-            changes = self._state_changes(structure, content["state"], fields)
             if changes and self.fit_state is not None:
                 fields, changes = self.fit_state(changes, fields), []
             position.state = None if changes else join_state(content["state"], fields, self.serializer)
@@ -124,12 +140,12 @@ class VersionReader:
         return Loaded(meta=record.meta, position=position, structure=structure, trace=trace,
                       state_changes=changes), content
 
-    def _state_changes(self, structure: dict[str, Any], kind: Any, fields: dict[str, Any]) -> list[Any]:
-        """The state changes a stored state of `kind` holding `fields` meets in this reader's schema (none when the
-        reader has none, or the state is not a registered class's fields)."""
+    def _state_changes(self, structure: dict[str, Any], kind: Any, held: set[str]) -> list[Any]:
+        """The state changes a stored state of `kind` holding the fields `held` meets in this reader's schema (none
+        when the reader has none, or the state is not a registered class's fields)."""
         if self.state_schema is None or type(kind) is not list:
             return []
-        return state_changes(structure.get("state"), self.state_schema, set(fields))
+        return state_changes(structure.get("state"), self.state_schema, held)
 
     def _read_header(self, record: Checkpoint, where: str) -> tuple[dict[str, Any], dict[str, str]]:
         """The header's content (parts, lists, state kind), after checking it describes this very row,

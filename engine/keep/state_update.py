@@ -40,12 +40,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..errors import CheckpointConflict, CheckpointNotFound, GraphMismatch, WaypointError
+from ..errors import CheckpointConflict, CheckpointNotFound, GraphMismatch, WaypointError, describe
 from ..events import Emitter
 from ..run import Run, reissue_ids
 from ..shape import START, GraphShape, Update, apply_writes
 from .checkpoint import Checkpointer
-from .content import describe_difference
+from .content import describe_difference, join_state, split_state
 from .migrate import call_problems, move_run, standing_data, state_fitter
 from .owners import describe_owner
 from .store import CheckpointMeta, store_clock
@@ -105,12 +105,27 @@ async def update_state(graph: GraphShape, checkpoint_id: str, values: Any, as_no
         status, error = await _as_node(graph, pos, as_node, update, checkpoint_id), None
     if answered:  # a claim with these answers that let go: the next resume continues with them
         status, error, lease = "running", None, (meta.lease_owner if meta.status == "running" else cp.owner, 0.0)
+    _check_readable(cp, pos, checkpoint_id)
     what = ("migrate" + (" " + "; ".join(notes) if notes else "")) if migrating else "update_state"
     cp.origin = f"{checkpoint_id}@{meta.version} {what}" + (f" as {as_node}" if as_node else "")
     if dry_run:
         return dataclasses.replace(head, version=head.version + 1, status=status, step=pos.step, error=error,
                                    fingerprint=cp.fingerprint, origin=cp.origin)
     return await cp.save(pos, status, error=error, lease=lease)
+
+
+def _check_readable(cp: Checkpointer, pos: Any, checkpoint_id: str) -> None:
+    """The edited state reads back as the state class (a value of the wrong type for a field is refused here,
+    not found by the next load of the run): `WaypointError`, nothing written."""
+    kind, fields = split_state(pos.state, cp.serializer)
+    try:
+        codec = cp.serializer
+        join_state(kind, {k: codec.decode_value(codec.encode_value(v, root=k)) for k, v in fields.items()}, codec)
+    except WaypointError:
+        raise
+    except Exception as err:  # noqa: BLE001 - what the state class says of the values, in the message
+        raise WaypointError(f"run '{checkpoint_id}': the edited state does not fit its class ({describe(err)}); give "
+                            "each field a value of its type. Nothing was written") from None
 
 
 async def _head(graph: GraphShape, checkpoint_id: str, expected_version: int | None) -> CheckpointMeta:

@@ -10,6 +10,7 @@ written, not what it holds), whether it has no default, and whether the class ke
 from __future__ import annotations
 
 import dataclasses
+import enum
 import re
 import types
 import typing
@@ -55,28 +56,77 @@ def state_schema(factory: Any) -> dict[str, Any] | None:
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
-def type_text(hint: Any) -> str:
-    """An annotation as text that is the same in every process: `int | None`, `list[Message]`, `Literal['a']`."""
+def type_text(hint: Any, _seen: frozenset[type] = frozenset()) -> str:
+    """An annotation as text that is the same in every process: `int | None`, `list[Message]`, `Literal['a']`.
+
+    A class of the application's own (not Waypoint's, not the standard library's) is shown with what a stored
+    value of it must fit: a pydantic model's, a dataclass's or a TypedDict's fields with their types (`Item{n: int,
+    tags?: list[str]}`, `?`: it has a default), an Enum's members (`Color(RED, GREEN)`) — so a change inside it is a
+    change of the field (refused, and moved with `update_state(values=...)`), never a run that no longer decodes.
+    Adding a field with a default or a member is a change too: failing closed costs a migration, not a run."""
     if isinstance(hint, str):
         return " ".join(hint.split())
     if hint is None or hint is type(None):
         return "None"
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is typing.Annotated:
-        return type_text(args[0])
+        return type_text(args[0], _seen)
     if origin is typing.Union or origin is types.UnionType:
-        return " | ".join(type_text(a) for a in args)
+        return " | ".join(type_text(a, _seen) for a in args)
     if origin is typing.Literal:
         return f"Literal[{', '.join(map(repr, args))}]"
     if origin is not None:
-        name = type_text(origin)
-        return f"{name}[{', '.join(type_text(a) for a in args)}]" if args else name
+        name = type_text(origin, _seen)
+        return f"{name}[{', '.join(type_text(a, _seen) for a in args)}]" if args else name
     if isinstance(hint, type):
-        return hint.__qualname__
+        return hint.__qualname__ + _inside(hint, _seen)
     if hint is Ellipsis:
         return "..."
     name = getattr(hint, "__name__", None) or getattr(hint, "_name", None)
     return name if isinstance(name, str) else _ADDRESS.sub("", repr(hint))
+
+
+def _inside(cls: type, seen: frozenset[type]) -> str:
+    """What a stored value of an application class must fit (see `type_text`); "" for other classes."""
+    module = getattr(cls, "__module__", "") or ""
+    if cls in seen or module.split(".")[0] in _NOT_OURS or (module in _STDLIB and module != "__main__"):
+        return ""
+    seen = seen | {cls}
+    if issubclass(cls, enum.Enum):
+        return f"({', '.join(m.name for m in cls)})"
+    fields = _fields(cls)
+    if fields is None:
+        return ""
+    return "{" + ", ".join(f"{n}{'' if required else '?'}: {type_text(h, seen)}" for n, h, required in fields) + "}"
+
+
+def _fields(cls: type) -> list[tuple[str, Any, bool]] | None:
+    """(name, annotation, required) of each field of `cls`, or None when `cls` declares no fields."""
+    model_fields = getattr(cls, "model_fields", None)
+    if isinstance(model_fields, dict):
+        return [(n, f.annotation, f.is_required()) for n, f in model_fields.items()]
+    if dataclasses.is_dataclass(cls):
+        hints = _hints(cls)
+        return [(f.name, hints.get(f.name, f.type), f.default is dataclasses.MISSING
+                 and f.default_factory is dataclasses.MISSING) for f in dataclasses.fields(cls)]
+    keys = getattr(cls, "__required_keys__", None)
+    if isinstance(keys, frozenset) and isinstance(getattr(cls, "__total__", None), bool):  # a TypedDict (either kind)
+        hints = _hints(cls)
+        return [(n, hints.get(n), n in keys) for n in sorted(hints)]
+    return None
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # an annotation that does not resolve: compared as written
+        return dict(getattr(cls, "__annotations__", {}))
+
+
+_NOT_OURS = frozenset({"waypoint", "pydantic", "pydantic_core", "typing_extensions"})
+"""Modules whose classes are shown by name alone: Waypoint's own types keep stored values readable across its
+releases, and these libraries' across theirs."""
+_STDLIB = frozenset(getattr(__import__("sys"), "stdlib_module_names", ()))
 
 
 @dataclass(frozen=True, kw_only=True)

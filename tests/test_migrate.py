@@ -236,3 +236,108 @@ async def test_a_second_answer_for_a_call_already_answered_by_a_migration_is_ref
         await v2.update_state("r", {}, answer={call: "two"})
     assert await store.history("r") == before
     assert "execute returned: one" in await last_answer(v2.resume("r"))
+
+
+# --- found under attack ------------------------------------------------------------------------------------
+
+def _nested(tmp_path, version: str, *args: str) -> dict:
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    proc = Path(__file__).parent / "procs" / "nested_state_app.py"
+    out = subprocess.run([sys.executable, str(proc), str(tmp_path / "n.db"), version, *args], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_change_inside_a_nested_model_is_refused_and_moved_with_values(tmp_path):
+    """v1 stores `Item(n=7)`; v2's `Item.n` is a list of strings. The field `item`'s annotation says `Item` in both:
+    what is compared is what an `Item` holds, so v2 refuses the run (not CheckpointCorrupted: nothing it cannot
+    decode is decoded) and update_state(values=) moves it."""
+    iid = _nested(tmp_path, "v1", "pause")["iid"]
+    refused = _nested(tmp_path, "v2", "resume", iid)
+    assert refused["kind"] == "GraphMismatch" and "state field 'item' changed type" in refused["error"], refused
+    assert "migrate state item" in _nested(tmp_path, "v2", "migrate")["origin"]
+    assert _nested(tmp_path, "v2", "resume", iid) == {"out": 2}
+
+
+async def test_update_state_refuses_a_value_the_state_would_not_read_back():
+    from pydantic import BaseModel
+
+    from waypoint.engine.codec.serde import register_type
+
+    @register_type(name="test_migrate.Count")
+    class Count(BaseModel):
+        count: int = 0
+
+    g = Graph(name="counted", state=Count)
+    g.add_node("ask", ask)
+    g.add_edge(START, "ask")
+    g.add_edge("ask", END)
+    store = MemoryStore()
+    app = g.compile(store=store)
+    with pytest.raises(GraphInterrupted):
+        await app.ainvoke(1, checkpoint_id="c1")
+    before = (await store.history("c1", limit=1))[0].version
+    with pytest.raises(WaypointError, match="(?s)does not fit its class .* Nothing was written"):
+        await app.update_state("c1", {"count": "not a number"})
+    assert (await store.history("c1", limit=1))[0].version == before
+    assert (await app.get_run("c1")).state.count == 0  # still readable
+
+
+async def test_goto_refuses_a_node_that_paused_part_way_through_a_step_that_ran_calls():
+    from waypoint.engine import Message, ToolCall
+
+    ran: list[str] = []
+
+    @tool
+    def log_payment(amount: int) -> str:
+        """Log a payment."""
+        ran.append(f"log {amount}")
+        return "logged"
+
+    class Both:
+        async def generate(self, messages, **_):
+            if messages[-1].role == "tool":
+                return Message.assistant("done")
+            return Message.assistant(tool_calls=[ToolCall(id="a", name="log_payment", arguments='{"amount": 100}'),
+                                                 ToolCall(id="b", name="execute", arguments='{"command": "deploy"}')])
+
+        async def stream(self, messages, **_):
+            yield await self.generate(messages)
+
+    store = MemoryStore()
+    agent = ChatModelAgent(name="pay", model=Both(), tools=[log_payment, execute],
+                           middlewares=[ApprovalMiddleware({"execute"})])
+    app = agent.compile(store=store)
+    with pytest.raises(GraphInterrupted):
+        await app.ainvoke("pay", checkpoint_id="p1")
+    assert ran == ["log 100"]
+    loaded = await app.get_run("p1")
+    node = next(iter(loaded.pending))  # the tools node the run paused in
+    before = (await store.history("p1", limit=1))[0].version
+    from waypoint.engine.keep.migrate import _check_nothing_ran
+    from waypoint.engine.keep.checkpoint import Checkpointer
+
+    reader = Checkpointer(store=store, serializer=app.get_serializer(), checkpoint_id="p1",
+                          graph_structure=app.structure)
+    pos = (await reader.load()).position
+    with pytest.raises(WaypointError, match="1 of its calls already ran"):
+        _check_nothing_ran(pos, node, "act", "p1")
+    assert (await store.history("p1", limit=1))[0].version == before and ran == ["log 100"]
+
+
+def test_a_changed_subgraph_a_nested_run_is_under_way_in_is_a_conflict():
+    from waypoint.engine.keep.content import deploy_conflicts
+    from waypoint.engine.run import RunPosition
+
+    inner = {"name": "inner", "trigger": "any", "nodes": {"slow": "node"}, "edges": [], "branches": []}
+    renamed = {**inner, "nodes": {"slow2": "node"}}
+    old = {"name": "outer", "trigger": "any", "nodes": {"sub": inner}, "edges": [], "branches": []}
+    new = {**old, "nodes": {"sub": renamed}}
+    running = RunPosition(pending={"sub": 1}, nested={"runnable:outer;node:sub": b"..."})
+    assert deploy_conflicts(old, new, running) and "nested run" in deploy_conflicts(old, new, running)[0]
+    assert deploy_conflicts(old, new, RunPosition(pending={"sub": 1})) == []  # not started inside: nothing to lose

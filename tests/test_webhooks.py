@@ -461,6 +461,7 @@ def test_which_events_a_version_carries():
     assert events_of(meta("interrupted")) == ["waiting"]
     assert events_of(meta("interrupted", error="cancelled")) == []  # a cancel waits for nobody
     assert events_of(meta("interrupted", origin="x@2 update_state")) == []  # an edit is not a new wait
+    assert events_of(meta("interrupted", origin="x@2 migrate goto b (from a)")) == []  # nor is a migration
     assert events_of(meta("completed")) == ["completed"] and events_of(meta("failed", error="E: e")) == ["failed"]
     assert events_of(meta("running")) == [] and events_of(meta("running", origin="y@4")) == []
     assert events_of(meta("running", origin="x@2 expired")) == ["expired"]
@@ -561,3 +562,14 @@ async def test_the_events_query_reads_the_stopped_versions_since_a_time_page_by_
         assert [(m.checkpoint_id, m.version) for m in found] == want
     for s in two_stores:
         await s.close()
+
+
+@pytest.mark.parametrize("header", ["t=\u00b2,v1=00", "t={now},v1=\u00e9", "t={now},v1=", "v1=00", "", "t=,v1=x",
+                                    "t=1e9,v1=00", "t={now}" + ",v1=" + "0" * 64, "t=-5,v1=00", "t=nan,v1=00"])
+def test_a_malformed_signature_header_is_refused_never_raises(header):
+    body = b'{"event":"completed"}'
+    header = header.format(now=int(time.time()))
+    assert verify_signature(SECRET, body, header) is False
+    good = f"t={int(time.time())},v1=" + hmac.new(SECRET.encode(), f"{int(time.time())}.".encode() + body,
+                                                 hashlib.sha256).hexdigest()
+    assert verify_signature(SECRET, body, good) and not verify_signature(SECRET, body, good, now=float("nan"))

@@ -115,7 +115,9 @@ class Webhooks:
 def _check_url(url: Any) -> None:
     parts = urlsplit(url) if isinstance(url, str) else None
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise WebhookError(f"webhook URL {url!r} is not an http:// or https:// URL with a host")
+        shown = repr(safe_url(url)) if isinstance(url, str) and "://" in url else f"of type {type(url).__name__}" \
+            if not isinstance(url, str) else "(not shown: it may hold a secret)"
+        raise WebhookError(f"webhook URL {shown} is not an http:// or https:// URL with a host")
 
 
 def safe_url(url: str) -> str:

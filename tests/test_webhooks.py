@@ -483,13 +483,14 @@ def test_a_start_with_a_webhook_but_no_key_is_refused(tmp_path, monkeypatch):
     env["PYTHONPATH"] = str(Path(__file__).parent / "procs")
     cases = [({}, "http://127.0.0.1:9/hook", "no key: set WAYPOINT_WEBHOOK_SECRET"),
              ({"WAYPOINT_WEBHOOK_SECRET": "short"}, "http://127.0.0.1:9/hook", "at least 16"),
-             ({"WAYPOINT_WEBHOOK_SECRET": SECRET}, "ftp://127.0.0.1/hook", "not an http:// or https:// URL")]
+             ({"WAYPOINT_WEBHOOK_SECRET": SECRET}, "ftp://127.0.0.1/hook/T0KEN-IN-PATH", "not an http:// or https:// URL")]
     for extra, url, said in cases:
         out = subprocess.run([*base, "--webhook", url], env={**env, **extra}, capture_output=True, text=True,
                              timeout=60, cwd=tmp_path)
         assert out.returncode == 2 and said in out.stderr, (out.returncode, out.stderr)
         assert "http://127.0.0.1:" not in out.stdout  # nothing was served
         assert out.stderr.count("\n") == 1  # one line, no traceback
+        assert "T0KEN-IN-PATH" not in out.stderr  # a URL's path is not shown: it often holds a secret
 
 
 # --- the ledger under two services, on SQLite and Postgres ---------------------------------------------------

@@ -341,3 +341,37 @@ def test_a_changed_subgraph_a_nested_run_is_under_way_in_is_a_conflict():
     running = RunPosition(pending={"sub": 1}, nested={"runnable:outer;node:sub": b"..."})
     assert deploy_conflicts(old, new, running) and "nested run" in deploy_conflicts(old, new, running)[0]
     assert deploy_conflicts(old, new, RunPosition(pending={"sub": 1})) == []  # not started inside: nothing to lose
+
+
+async def test_a_nested_agent_tools_removed_tool_is_refused_before_the_claim():
+    """The researcher (an agent used as a tool) paused for approval of `search`; v2's researcher has no `search`:
+    one GraphMismatch naming the nested agent and the tool, nothing written (it used to be claimed and loop)."""
+    from test_composition import Asks, events_of, paused
+
+    from waypoint.engine import AgentTool
+    from waypoint.middleware import ApprovalResult
+
+    @tool
+    def search(query: str) -> str:
+        """Search."""
+        RAN.append(f"search {query}")
+        return "found"
+
+    @tool
+    def lookup(query: str) -> str:
+        """Look up."""
+        return "looked"
+
+    def boss(inner):
+        researcher = ChatModelAgent(name="researcher", model=Asks("researcher", [[["search", {"query": "x"}]]]),
+                                    tools=inner, middlewares=[ApprovalMiddleware(tools={inner[0].name})])
+        return ChatModelAgent(name="boss", model=Asks("boss", [[["researcher", {"request": "x"}]]]),
+                              tools=[AgentTool(researcher)])
+
+    store = MemoryStore()
+    (pause,) = paused(await events_of(Runner(boss([search]), store=store).run("go", checkpoint_id="t")))
+    before = (await store.history("t", limit=1))[0].version
+    v2 = Runner(boss([lookup]), store=store)
+    with pytest.raises(GraphMismatch, match="in agent tool 'researcher': its pending call .* to tool 'search'"):
+        await v2.app.ainvoke(None, checkpoint_id="t", resume={pause.id: ApprovalResult(approved=True)})
+    assert (await store.history("t", limit=1))[0].version == before and "search x" not in RAN

@@ -80,6 +80,21 @@ class AgentTool(Tool):
     def __repr__(self) -> str:
         return f"AgentTool({self.agent.name!r})"
 
+    def resume_problem(self, below: str) -> str | None:
+        """Why a pause of the agent's run nested in a call (`below`: `runnable:<agent>;node:<key>;...`) cannot be
+        continued by this version of the agent, or None (engine/keep/admission.py asks it through the tools node)."""
+        segments = below.split(";")
+        if len(segments) < 2 or not segments[1].startswith("node:"):
+            return None
+        key = segments[1][len("node:"):]
+        compiled = self._shape(False)
+        node = getattr(compiled, "shape", compiled).nodes.get(key)
+        if node is None:
+            return f"in agent tool '{self.name}': node '{key}', where its run is, is gone"
+        ask = getattr(getattr(getattr(node, "runnable", None), "source", None), "resume_problem", None)
+        problem = ask(";".join(segments[2:])) if ask is not None and len(segments) > 2 else None
+        return f"in agent tool '{self.name}': {problem}" if problem else None
+
     async def _run(self, request: str, ctx: ToolContext) -> str:
         caller = _CALLER.get()
         streaming = caller.streaming if caller is not None else False

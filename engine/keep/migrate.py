@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..errors import GraphMismatch, UnknownInterrupt, WaypointError
-from ..run import InterruptRecord, ResumeRequest, RunPosition, segment_of, standing_answers
+from ..run import InterruptRecord, ResumeRequest, RunPosition, paused_records, segment_of, standing_answers
 from ..shape import END, START, GraphShape, StateChange, validate_field
 from .content import deploy_conflicts
 from .reading import Loaded
@@ -95,11 +95,19 @@ def call_problems(graph: GraphShape, pos: RunPosition, answers: Mapping[str, Any
     """Why this version cannot continue the run's pending calls (a tools node's `resume_problem`: its tool is gone),
     each once, sorted; a call `answers` (interrupt ID -> resume data) responds to on its behalf has none."""
     problems: list[str] = []
+    prefix = f"runnable:{graph.name};node:{{}};"
     for record, key, below, source in pending_calls(graph, pos):
         ask = getattr(source, "resume_problem", None)
-        problem = ask(below, answers.get(record.id)) if ask is not None and below else None
-        if problem is not None and f"node '{key}': {problem}" not in problems:
-            problems.append(f"node '{key}': {problem}")
+        if ask is None or not below:
+            continue
+        asked = [(record, below)]
+        if record.child is not None:  # a run nested in the call (an agent as a tool): its pauses, by full address
+            start = prefix.format(key)
+            asked = [(r, r.address[len(start):]) for r in paused_records(record.child) if r.address.startswith(start)]
+        for paused, under in asked:
+            problem = ask(under, answers.get(paused.id))
+            if problem is not None and f"node '{key}': {problem}" not in problems:
+                problems.append(f"node '{key}': {problem}")
     return sorted(problems)
 
 

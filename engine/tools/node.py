@@ -170,8 +170,10 @@ class ToolsNode:
         if kind != "tool" or not rest or self.unknown_tool_handler is not None or isinstance(answer, Respond):
             return None
         parts = [unescape_part(p) for p in rest.split(":")]
-        if parts[0] in self.tools:
-            return None
+        if parts[0] in self.tools:  # a run nested in the call (an agent as a tool) is asked in turn
+            inner = getattr(self.tools[parts[0]], "resume_problem", None)
+            deeper = below.split(";", 1)[1] if ";" in below else ""
+            return inner(deeper) if inner is not None and deeper.startswith("runnable:") else None
         call = f" {parts[1]!r}" if len(parts) > 1 else ""
         return (f"its pending call{call} is to tool {parts[0]!r}, which this version does not have "
                 f"(its tools: {', '.join(map(repr, self.tools)) or 'none'})")

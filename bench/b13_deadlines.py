@@ -59,6 +59,20 @@ async def _looks(fn, n: int = 200) -> float:
     return statistics.median(times) * 1e6
 
 
+async def _expired_after(app, store: SQLiteStore, every: float, since: dict[str, float]) -> list[float]:
+    """Recover (watching, every `every` s) until each run of `since` completed; how long after its time each did."""
+    watcher = asyncio.create_task(recover([app], watch=True, every=every))
+    try:
+        while True:
+            await asyncio.sleep(0.05)
+            ended = [(await store.history(cid, limit=1))[0] for cid in since]
+            if all(m.status == "completed" for m in ended):
+                return [m.updated_at - since[m.checkpoint_id] for m in ended]
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+
+
 async def main(paused: int, due: int, every: float, db: Path) -> dict:
     logging.getLogger("waypoint.recovery").setLevel(logging.ERROR)  # one line per run otherwise
     store = SQLiteStore(db)
@@ -81,36 +95,11 @@ async def main(paused: int, due: int, every: float, db: Path) -> dict:
     now = await store.clock()
     out["look_fallback_us"] = round(await _looks(lambda: _due(NoListDue(store), now), 20), 1)
     started = await store.clock()
-    watcher = asyncio.create_task(recover([app], watch=True, every=every))
-    try:
-        late: list[float] = []
-        while len(late) < due:
-            await asyncio.sleep(0.05)
-            late = []
-            for cid in deadlines:
-                (meta,) = await store.history(cid, limit=1)
-                if meta.status == "completed":
-                    late.append(meta.updated_at - started)
-    finally:
-        watcher.cancel()
-        await asyncio.gather(watcher, return_exceptions=True)
+    late = await _expired_after(app, store, every, dict.fromkeys(deadlines, started))
     # the due runs' deadlines had passed before recovery started: measure again with deadlines that pass while
-    # it watches, which is what a service sees
-    # spread over one look interval, so they fall anywhere between two looks
+    # it watches, which is what a service sees — spread over one look interval, so they fall anywhere between looks
     deadlines = {f"live-{i:03d}": await _pause(app, f"live-{i:03d}", lead + i * every / due) for i in range(due)}
-    watcher = asyncio.create_task(recover([app], watch=True, every=every))
-    try:
-        live: list[float] = []
-        while len(live) < due:
-            await asyncio.sleep(0.05)
-            live = []
-            for cid, deadline in deadlines.items():
-                (meta,) = await store.history(cid, limit=1)
-                if meta.status == "completed":
-                    live.append(meta.updated_at - deadline)
-    finally:
-        watcher.cancel()
-        await asyncio.gather(watcher, return_exceptions=True)
+    live = await _expired_after(app, store, every, deadlines)
     out["expiry_after_deadline_s"] = {"median": round(statistics.median(live), 3), "max": round(max(live), 3)}
     out["backlog_expired_s"] = round(max(late), 3)  # all `due` past their deadline when recovery starts
     await store.close()

@@ -21,6 +21,7 @@ from ..errors import (
 )
 from ..run import (
     Expired,
+    utc,
     ResumeRequest,
     Run,
     answered_ids,
@@ -324,7 +325,7 @@ class Admission:
             if iid in expiring:
                 if not due:
                     raise PauseExpired(
-                        f"run '{self.source}': interrupt {iid} is not due until {_utc(record.deadline)} (by the "
+                        f"run '{self.source}': interrupt {iid} is not due until {utc(record.deadline)} (by the "
                         f"store's clock, {record.deadline - now:.1f} s from now); it expires then, not before")
                 data[iid], expired = deadline_answer, True
             elif iid in given:
@@ -344,7 +345,7 @@ class Admission:
         how = ("resume the run without answering it (that retries its failed step), and it takes its deadline's "
                "answer" if status == "failed" else "it takes the answer its deadline gives, which whoever recovers "
                "runs (waypoint serve, waypoint worker, recover(...)) gives it within its interval")
-        return (f"run '{self.source}': interrupt {iid} expired at {_utc(deadline)} (by the store's clock, "
+        return (f"run '{self.source}': interrupt {iid} expired at {utc(deadline)} (by the store's clock, "
                 f"{now - deadline:.1f} s ago) without an answer, so this answer was not taken and nothing was "
                 f"written; {how}")
 
@@ -356,11 +357,6 @@ def _count_takeover(pos: Any, loaded_version: int, claim_version: int) -> None:
     nothing was written since the last takeover's claim, else the first (rule 11)."""
     pos.takeovers = pos.takeovers + 1 if pos.taken_at == loaded_version else 1
     pos.taken_at = claim_version
-
-
-def _utc(t: float) -> str:
-    """A store-clock time as people read it: `2026-12-02 14:03:11 UTC`."""
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
 
 
 def _clock(t: float) -> str:

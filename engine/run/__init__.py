@@ -11,6 +11,7 @@ from .interrupts import (
     InterruptInfo,
     StatefulInterrupt,
     legacy_interrupt_id,
+    utc,
 )
 from .loop import Run, RunInterrupted
 from .merge import register_merge
@@ -61,5 +62,5 @@ __all__ = [
     "current_version", "due_answers", "emit_chunk", "enclosing_state", "escape_part", "get_interrupt_id", "get_interrupt_info",
     "get_interrupt_state", "get_resume_context", "idempotency_key", "in_daemon_thread", "interrupt_info",
     "ledger_epoch", "legacy_interrupt_id", "pause_again", "paused_records", "pending_interrupt_ids", "pending_of", "register_merge",
-    "reissue_ids", "retire_failed_answers", "segment_of", "sleep_until", "standing_answers", "task_ledger", "unescape_part"
+    "reissue_ids", "retire_failed_answers", "segment_of", "sleep_until", "standing_answers", "task_ledger", "unescape_part", "utc"
 ]

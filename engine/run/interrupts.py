@@ -45,7 +45,12 @@ class Expired:
     @property
     def when(self) -> str:
         """The deadline as people read it: `2026-12-02 14:03:11 UTC`."""
-        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.deadline))
+        return utc(self.deadline)
+
+
+def utc(t: float) -> str:
+    """A time (seconds since the epoch) as people read it, in UTC: `2026-12-02 14:03:11 UTC`."""
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
 
 
 class Interrupt(BaseException):

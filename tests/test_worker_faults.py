@@ -88,6 +88,11 @@ def stop(proc: subprocess.Popen, log: Path | None = None) -> str:
         _, err = proc.communicate(timeout=30)
         err = log.read_text() if log is not None else err
     except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)  # its tasks' stacks, to say where it hangs
+        try:
+            proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
         proc.kill()
         _, err = proc.communicate()
         raise AssertionError(f"worker {proc.pid} did not stop within 30 s of SIGTERM:\n{err[-4000:]}") from None
@@ -314,18 +319,19 @@ def limited_role(pg, pg_url: str, limit: int) -> str:
 @pytest.mark.parametrize("recover", [True, False], ids=["recovering", "no-recover"])
 def test_a_fleet_with_fewer_connections_than_it_wants_completes_every_run_and_runs_every_call_once(
         pg, pg_url, tmp_path, fleet, recover):
-    """Three workers, `--pool 2 --concurrency 16`, 3 s leases, a role that may hold 4 connections — where one
+    """Three workers, `--pool 2 --concurrency 16`, 6 s leases, a role that may hold 4 connections — where one
     worker alone wants 3 (its pool's LISTEN and one for runs, plus the one it keeps for renewals) — and ten runs of
-    three sequential 4 s calls each: every call longer than the lease (a lease renewed every second: room for a
-    loaded machine, where a process may not run for a second). Leases are renewed on the connection kept
+    three sequential 7 s calls each: every call longer than the lease (a lease renewed every 2 s: room for a
+    loaded machine, where a process may not run for a few seconds — with 3 s leases a CI run under load once saw
+    two calls run twice). Leases are renewed on the connection kept
     for them, so none is lost to the shortage: every run completes, each of its 30 calls ran exactly once, no run
     is stored failed, and every worker drains and exits 0. (It used to run one call up to 27 times.)"""
     limited = limited_role(pg, pg_url, 4)
     journal = tmp_path / "journal"
-    env = {"EFFECT_SECONDS": "4"}
+    env = {"EFFECT_SECONDS": "7"}
     workers = []
     for _ in range(3):
-        workers.append(worker(limited, "three_calls", journal, tmp_path, lease=3.0, concurrency=16, pool=2,
+        workers.append(worker(limited, "three_calls", journal, tmp_path, lease=6.0, concurrency=16, pool=2,
                               recover=recover, **env))
     fleet.extend(workers)
     ids = [f"starved-{i}" for i in range(10)]

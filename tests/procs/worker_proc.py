@@ -30,6 +30,26 @@ if claim:
 
     _worker.Worker.__init__ = _with_claim_seconds
 
+import signal  # noqa: E402
+
+
+def _dump_tasks(*_):  # SIGUSR1: every asyncio task's stack on stderr (the tests ask for it before killing a hung worker)
+    import asyncio
+    import traceback
+
+    try:
+        tasks = asyncio.all_tasks(asyncio.get_running_loop())
+    except RuntimeError:
+        tasks = set()
+    for task in tasks:
+        print(f"--- task {task.get_name()}", file=sys.stderr)
+        task.print_stack(file=sys.stderr)
+    traceback.print_stack(file=sys.stderr)
+    sys.stderr.flush()
+
+
+signal.signal(signal.SIGUSR1, _dump_tasks)
+
 from waypoint.cmd.worker import main  # noqa: E402
 
 sys.exit(main(sys.argv[1:]))

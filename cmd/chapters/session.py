@@ -204,7 +204,9 @@ class ChatSession:
             if takeover is None:
                 return BUSY
             why = "its process stopped while it ran"
-        elif meta.status == "running":
+        elif meta.status == "running":  # its lease lapsed already: nothing to wait for, whoever held it
+            if owner_state(meta.lease_owner) is OwnerState.DEAD:
+                self._say_gone(meta)
             why = "its process stopped while it ran"
         elif meta.error == "cancelled":
             why = "cancelled"
@@ -273,11 +275,14 @@ class ChatSession:
             return BUSY
         return await self.on_pause(self, info)
 
+    def _say_gone(self, meta: Any) -> None:
+        self.console.line(f"The process that ran this session ({meta.lease_owner}) is gone: taking it over.")
+
     def _may_take_over(self, meta: Any) -> bool | None:
         """True to take the run over now, False when it may just be continued; None: a live process has it."""
         state = owner_state(meta.lease_owner)
         if state is OwnerState.DEAD:
-            self.console.line(f"The process that ran this session ({meta.lease_owner}) is gone: taking it over.")
+            self._say_gone(meta)
             return True
         if state is OwnerState.UNKNOWN and self.takeover:
             self.console.line(f"Taking the session over from process {meta.lease_owner} at once (--takeover).")

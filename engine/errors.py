@@ -8,10 +8,12 @@
     │   └── GraphMismatch          a checkpoint was written by a different graph
     ├── NodeError                  a node raised; .node_path names it, __cause__ is the original
     ├── GraphInterrupted           the run paused; .checkpoint_id and .info say where and why
+    ├── RunCancelled               a person's cancel stopped the run (`cancel(...)`): stored cancelled, resumable
     ├── CheckpointError            something about stored checkpoints
     │   ├── CheckpointConflict     someone else wrote this run first (stale version / live lease)
     │   │   └── LeaseLost          this process lost the run's lease: it starts nothing more
     │   ├── CheckpointExists       new input given to a run that is paused
+    │   ├── NotRunning             a cancel named a run no process executes now
     │   ├── CheckpointNotFound     no such checkpoint
     │   ├── CheckpointCorrupted    stored bytes fail their checksum or do not decode
     │   ├── UnknownInterrupt       resume named an interrupt that is not pending
@@ -38,10 +40,12 @@ __all__ = [
     "GraphMismatch",
     "NodeError",
     "GraphInterrupted",
+    "RunCancelled",
     "CheckpointError",
     "CheckpointConflict",
     "LeaseLost",
     "CheckpointExists",
+    "NotRunning",
     "CheckpointNotFound",
     "CheckpointCorrupted",
     "UnknownInterrupt",
@@ -143,6 +147,29 @@ class ProcessStopping(WaypointError):
 
 class CheckpointExists(CheckpointError):
     """New input was given for a run that is paused; resume it with input=None or pass force_new_run=True."""
+
+
+class RunCancelled(WaypointError):
+    """A person's cancel (`CompiledGraph.cancel`, `Runner.cancel`, `POST /runs/{id}/cancel`, `waypoint runs cancel`)
+    stopped the run `.checkpoint_id` where it asked (`.when`): the run is stored `interrupted` with
+    `error="cancelled"` at its last finished step, with who asked (`.by`), and continues from there when resumed or
+    given new input. Passes through nested runs and tool calls unwrapped (never a `NodeError`)."""
+
+    def __init__(self, message: str, *, checkpoint_id: str | None = None, by: str = "", when: str = "now") -> None:
+        super().__init__(message)
+        self.checkpoint_id = checkpoint_id
+        self.by = by
+        self.when = when
+
+
+class NotRunning(CheckpointError):
+    """A cancel named a run that no process executes now (`.status`: its newest version's status, or "running"
+    under a lease that ran out: its process is gone): there is nothing to stop."""
+
+    def __init__(self, message: str, *, checkpoint_id: str | None = None, status: str | None = None) -> None:
+        super().__init__(message)
+        self.checkpoint_id = checkpoint_id
+        self.status = status
 
 
 class CheckpointNotFound(CheckpointError):

@@ -1,17 +1,27 @@
 """`SafeToolMiddleware`: a tool's error becomes its result (`[tool error] <error>`), so the model can
 react instead of the run failing. An error in the middle of a stream becomes the stream's last chunk.
-Pauses (interrupts), `RetryAgentRun` and `StopAgentRun` pass through untouched."""
+Pauses (interrupts), `RetryAgentRun` and `StopAgentRun` pass through untouched, and so do the signals that stop
+the run itself from inside a nested agent's run (`LeaseLost`, `ProcessStopping`, `RunCancelled`): they are not the
+tool's error for the model to read."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any
 
-from waypoint.engine import AgentMiddleware, RetryAgentRun, StopAgentRun, ToolContext
+from waypoint.engine import (
+    AgentMiddleware,
+    LeaseLost,
+    ProcessStopping,
+    RetryAgentRun,
+    RunCancelled,
+    StopAgentRun,
+    ToolContext,
+)
 
 __all__ = ["SafeToolMiddleware"]
 
-_CONTROL = (RetryAgentRun, StopAgentRun)
+_CONTROL = (RetryAgentRun, StopAgentRun, LeaseLost, ProcessStopping, RunCancelled)
 
 
 class SafeToolMiddleware(AgentMiddleware):

@@ -10,9 +10,9 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from waypoint.engine.errors import (CheckpointConflict, CheckpointCorrupted, CheckpointNotFound, LeaseLost,
+from waypoint.engine.errors import (CheckpointConflict, CheckpointCorrupted, CheckpointNotFound, LeaseLost, NotRunning,
                                    StoreUnavailable, clip)
-from waypoint.engine.keep.store import MAX_CHAIN, STATUSES, Blob, CheckpointMeta
+from waypoint.engine.keep.store import CANCEL_WHEN, MAX_CHAIN, STATUSES, Blob, CheckpointMeta
 
 RESTORE = "restore the database from a backup or delete this run"
 
@@ -287,3 +287,36 @@ def reachable(parents: Mapping[str, str | None], heads: Iterable[str]) -> set[st
             live.add(current)
             current = parents[current]
     return live
+
+
+MAX_CANCEL_BY = 200
+"""Characters of a cancel request's `by`."""
+
+
+def check_cancel(checkpoint_id: str, when: Any, by: Any) -> None:
+    """A cancel request's `when` and `by`, before anything is read: bad input is refused, never stored."""
+    node = when[len("after:"):] if isinstance(when, str) and when.startswith("after:") else None
+    if not isinstance(when, str) or (when not in CANCEL_WHEN and not node) or len(when) > 300:
+        raise ValueError(f"run '{checkpoint_id}': cancel when={str(when)[:80]!r} must be one of {', '.join(CANCEL_WHEN)} "
+                         "or 'after:<node>'")
+    if not isinstance(by, str) or len(by) > MAX_CANCEL_BY or "\x00" in by:
+        raise ValueError(f"run '{checkpoint_id}': cancel by= must be text of at most {MAX_CANCEL_BY} characters")
+
+
+def check_cancellable(checkpoint_id: str, head: tuple[Any, Any, Any] | None) -> int:
+    """The version a cancel request names, given the newest version's (version, status, seconds its lease has left
+    on the store's clock); raises when no process executes the run now."""
+    if head is None:
+        raise CheckpointNotFound(f"run '{checkpoint_id}' does not exist: there is nothing to cancel")
+    version, status, left = head
+    if status != "running":
+        what = {"interrupted": "it is paused or was stopped already (answer it, or leave it: nothing runs)",
+                "completed": "it completed", "failed": "it failed"}.get(status, f"its status is {status}")
+        raise NotRunning(f"run '{checkpoint_id}' is not running: {what}; there is nothing to cancel",
+                         checkpoint_id=checkpoint_id, status=status)
+    if left is None or left <= 0:
+        raise NotRunning(f"run '{checkpoint_id}' is stored running but its lease ran out {-(left or 0):.1f} s ago: "
+                         "the process that ran it is gone, so nothing runs it now; continue it (recovery, a worker, "
+                         "or ainvoke(None, checkpoint_id=...)) or delete it", checkpoint_id=checkpoint_id,
+                         status="running")
+    return int(version)

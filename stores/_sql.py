@@ -64,7 +64,7 @@ from ._common import (
     stamped,
 )
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 T = TypeVar("T")
 
 _BINARY = {"sqlite": "BLOB", "postgresql": "BYTEA"}
@@ -169,6 +169,13 @@ MIGRATIONS: dict[int, list[str]] = {
             created_at {real} NOT NULL, finished_at {real}, last_error TEXT,
             PRIMARY KEY (checkpoint_id, incarnation, version, event, target))""",
         "CREATE INDEX waypoint_deliveries_due ON waypoint_deliveries (target, state, next_try)",
+    ],
+    # Cancel requests (stores/_cancel_sql.py): a person's newest request to stop a running run, read by the process
+    # executing it.
+    9: [
+        """CREATE TABLE waypoint_cancels (
+            checkpoint_id TEXT NOT NULL PRIMARY KEY, version INTEGER NOT NULL, cancel_when TEXT NOT NULL,
+            requested_by TEXT NOT NULL, requested_at {real} NOT NULL)""",
     ],
 }
 
@@ -521,6 +528,7 @@ def delete(db: DB, checkpoint_id: str, force: bool = True) -> bool:
     db.run("DELETE FROM waypoint_blobs WHERE checkpoint_id = :c", params)
     db.run("DELETE FROM waypoint_ledger WHERE checkpoint_id = :c", params)
     db.run("DELETE FROM waypoint_queue WHERE checkpoint_id = :c", params)  # its queued work goes with it
+    db.run("DELETE FROM waypoint_cancels WHERE checkpoint_id = :c", params)
     return existed
 
 

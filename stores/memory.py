@@ -10,12 +10,14 @@ import time
 from collections.abc import Mapping, Sequence
 
 from waypoint.engine.errors import LeaseLost
-from waypoint.engine.keep.store import Blob, Checkpoint, CheckpointMeta, MissingBlobs, RunStatus, version_label
+from waypoint.engine.keep.store import Blob, CancelRequest, Checkpoint, CheckpointMeta, MissingBlobs, RunStatus, version_label
 
 from ._common import (
     LEDGER_NEEDED,
     Expiry,
     chain_from,
+    check_cancel,
+    check_cancellable,
     check_due_by,
     check_holder,
     check_idle,
@@ -42,6 +44,7 @@ class MemoryStore:
         self._blobs: dict[str, dict[str, Blob]] = {}
         self._ledger: dict[tuple[str, int], dict[str, tuple[float | None, bytes]]] = {}  # -> (incarnation, result)
         self._due: dict[str, float] = {}  # run -> its newest version's deadline
+        self._cancels: dict[str, CancelRequest] = {}  # run -> its newest cancel request (guarantee 14)
 
     async def get(self, checkpoint_id: str, version: int | None = None) -> Checkpoint | None:
         versions = self._versions.get(checkpoint_id)
@@ -172,6 +175,7 @@ class MemoryStore:
                 check_idle(checkpoint_id, [(head.lease_owner, head.lease_expires - _now())])
         existed = self._versions.pop(checkpoint_id, None) is not None
         self._due.pop(checkpoint_id, None)
+        self._cancels.pop(checkpoint_id, None)
         self._blobs.pop(checkpoint_id, None)
         for key in [k for k in self._ledger if k[0] == checkpoint_id]:
             del self._ledger[key]
@@ -203,6 +207,19 @@ class MemoryStore:
         for cid in gone:
             await self.delete(cid)
         return gone
+
+    async def request_cancel(self, checkpoint_id: str, *, when: str = "now", by: str = "") -> CancelRequest:
+        check_cancel(checkpoint_id, when, by)
+        versions = self._versions.get(checkpoint_id)
+        head = versions[_newest(versions)][0] if versions else None
+        left = head.lease_expires - _now() if head is not None and head.lease_expires is not None else None
+        version = check_cancellable(checkpoint_id, (head.version, head.status, left) if head is not None else None)
+        request = CancelRequest(checkpoint_id=checkpoint_id, version=version, when=when, by=by, requested_at=_now())
+        self._cancels[checkpoint_id] = request
+        return request
+
+    async def cancel_requests(self, checkpoint_ids: Sequence[str]) -> list[CancelRequest]:
+        return [r for c in dict.fromkeys(checkpoint_ids) if (r := self._cancels.get(c)) is not None]
 
     async def close(self) -> None:
         return None

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 from waypoint.engine.errors import WaypointError
 
 from . import _sql
+from ._cancel_sql import CancelMethods
 from ._common import Expiry, no_spare_connection, passing, unavailable
 
 __all__ = ["SQLStore", "MissingDriver"]
@@ -184,7 +185,7 @@ async def _connect(engine: Any, wait: float) -> Any:
         delay = min(delay * 2, 0.5)
 
 
-class SQLStore(_sql.SQLStoreMethods):
+class SQLStore(_sql.SQLStoreMethods, CancelMethods):
     """A `CheckPointStore` on any SQLAlchemy async URL: `postgresql+asyncpg://…`, `sqlite+aiosqlite:///…`.
 
     `engine_options` go to `create_async_engine` for every loop's engine (say `pool_size=`,
@@ -289,6 +290,9 @@ class SQLStore(_sql.SQLStoreMethods):
             if passing(err):
                 raise unavailable(self._label, err) from err
             raise
+
+    async def _renewals_read(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._renewals_call(fn, *args)
 
     async def reserve_renewals(self) -> None:
         """Open the calling loop's connection for lease renewals now, if it is not open (module docstring)."""

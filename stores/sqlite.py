@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from waypoint.engine.errors import CheckpointError
 
 from . import _sql
+from ._cancel_sql import CancelMethods
 from ._common import Expiry, unavailable
 
 __all__ = ["SQLiteStore"]
@@ -63,7 +64,7 @@ class _Conn:
         self.raw.executemany(sql, params)
 
 
-class SQLiteStore(_sql.SQLStoreMethods):
+class SQLiteStore(_sql.SQLStoreMethods, CancelMethods):
     """A `CheckPointStore` in the SQLite file at `path` (created, with its schema, on first use).
 
     `ttl` (seconds): interrupted runs not updated for that long are deleted (see `expire`).

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..compose import run_sync
-from ..errors import GraphInterrupted
+from ..errors import GraphInterrupted, WaypointError
 from ..events import Event
 from ..models.schema import Message, as_messages, concat_messages
 from ..run import InterruptInfo, Pending, pending_of
@@ -147,6 +147,10 @@ class AgentEvent:
         return self.action.pending if self.action is not None else []
 
 
+_CANCEL_AT = {"now": "now", "after_tool_calls": "after:tools", "after_model_call": "after:model"}
+"""`Runner.cancel`'s points, as the agent's graph names them (engine/agents/chat_agent.py)."""
+
+
 class Runner:
     """Runs `agent` (a `ChatModelAgent`, or a workflow agent) on `store` (None: nothing recorded, nothing
     resumable); `streaming=True` streams
@@ -252,6 +256,17 @@ class Runner:
         """The agent's graph's `update_state` (`CompiledGraph.update_state`): edit a stored run's state, or move a
         run a deploy refused onto this version of the agent (`goto=`, `answer={call_id: output}`)."""
         return await self.app.update_state(checkpoint_id, values, as_node, **options)
+
+    async def cancel(self, checkpoint_id: str, *, when: str = "now", by: str | None = None) -> Any:
+        """Ask whichever process executes the run — this one or another, a worker, a service — to stop it: `"now"`
+        (a tool call in flight is abandoned: a continuation runs it again, flagged rerun), `"after_tool_calls"` (the
+        calls in flight finish and are recorded; no model call follows) or `"after_model_call"` (the answer in
+        flight is kept; none of its tool calls starts). Agents nested in it, as tools or in a workflow, stop at the
+        same point. The run is stored cancelled with who asked (`by`) and continues when resumed or given new
+        messages. Returns the `CancelRequest`; `NotRunning` when nothing executes the run (`CompiledGraph.cancel`)."""
+        if when not in _CANCEL_AT:
+            raise WaypointError(f"run '{checkpoint_id}': cancel when={when!r} must be one of {', '.join(_CANCEL_AT)}")
+        return await self.app.cancel(checkpoint_id, when=_CANCEL_AT[when], by=by)
 
     # --- sync helpers ---------------------------------------------------------------------------------
 

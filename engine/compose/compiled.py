@@ -17,6 +17,7 @@ from typing import Any
 from ..errors import CheckpointNotFound, GraphInterrupted, WaypointError
 from ..events import Emitter, Event
 from ..keep import Checkpointer, RunOptions, run_graph, update_state
+from ..keep.cancel import request_cancel
 from ..run import (
     InterruptInfo,
     Pending,
@@ -53,6 +54,9 @@ class RunSnapshot:
     trace: dict[str, str] = field(default_factory=dict)
     """The string map the run that wrote this version stored with it (`RunInfo.trace`: what its hooks put
     there, engine/events.py); empty when it stored none."""
+    cancelled_by: Any = None
+    """Who cancelled the run at this version, where and when (`CancelledBy`: `.by`, `.when`, `.at` on the store's
+    clock), when a person's cancel stopped it (`cancel(...)`); None otherwise."""
 
     @property
     def waits_for(self) -> list[Pending]:
@@ -90,7 +94,7 @@ def _snapshot(loaded: Any) -> RunSnapshot:
     return RunSnapshot(meta=meta, state=pos.state, output=pos.output if pos.done else None,
                        pending=tuple(pos.pending), interrupts=interrupt_info(pos, address, answered),
                        graph=graph, structure=structure if isinstance(structure, dict) else {},
-                       trace=dict(loaded.trace))
+                       trace=dict(loaded.trace), cancelled_by=loaded.cancelled_by)
 
 
 class CompiledGraph:
@@ -232,6 +236,23 @@ class CompiledGraph:
         return await update_state(self.shape, checkpoint_id, values, as_node, version=version,
                                   expected_version=expected_version, goto=goto, answer=answer)
 
+    async def cancel(self, checkpoint_id: str, *, when: str = "now", by: str | None = None) -> Any:
+        """Ask whichever process executes the run `checkpoint_id` — this one or another, on this store — to stop it:
+        `when="now"` where it is (a tool call in flight is abandoned; a continuation runs it again, flagged rerun),
+        `"after_step"` at the next step boundary, `"after:<node>"` at the first one after that node finished (in this
+        graph or a graph nested in it). It is then stored cancelled at its last finished step, with who asked (`by`,
+        default `user@host`), and continues from there when resumed. Returns the recorded `CancelRequest` at once;
+        the run stops within about half a second of it (engine/keep/cancel.py). Raises `NotRunning` when no process
+        executes the run now, `CheckpointNotFound` for an unknown run."""
+        if self.store is None:
+            raise WaypointError(f"graph '{self.name}': cancel() stops a stored run; compile the graph with a store")
+        node = when[len("after:"):] if isinstance(when, str) and when.startswith("after:") else None
+        if node is not None and node not in _node_names(self.shape):
+            raise WaypointError(f"run '{checkpoint_id}': cancel when={when!r} names no node of graph '{self.name}' or "
+                                f"of a graph nested in it (its nodes: {', '.join(sorted(self.shape.nodes))}); a cancel "
+                                "that names no node would never stop the run")
+        return await request_cancel(self.store, checkpoint_id, when=when, by=by)
+
     def with_store(self, store: Any, *, durability: str | None = None) -> CompiledGraph:
         """The same graph (nodes, options, codec) recording to `store` instead (`durability` defaults to
         the compiled one, or "step" when the graph was compiled without a store)."""
@@ -248,6 +269,15 @@ class CompiledGraph:
         shape = self.shape
         return render({k: n.subgraph is not None for k, n in shape.nodes.items()}, shape.edges,
                       ((b.source, b.ends) for b in shape.branches))
+
+
+def _node_names(shape: GraphShape) -> set[str]:
+    """The nodes of `shape` and of the subgraphs nested in it."""
+    names = set(shape.nodes)
+    for node in shape.nodes.values():
+        if node.subgraph is not None:
+            names |= _node_names(getattr(node.subgraph, "shape", node.subgraph))
+    return names
 
 
 EVENT_BUFFER = 1000

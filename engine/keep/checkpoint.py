@@ -136,6 +136,8 @@ class Checkpointer(VersionReader):
     """Written into the next version's meta (then cleared): the `id@version` a fork or time travel left."""
     trace: dict[str, str] = field(default_factory=dict)
     """The running run's trace carrier, written into every header (nothing when empty)."""
+    cancelled_by: dict[str, Any] | None = None
+    """Written into the next version's header (then cleared): who cancelled the run there (engine/keep/cancel.py)."""
     sent: float = 0.0
     """The lease clock (engine/keep/lease.py) when the last write was sent: a lease it took lasts from then."""
     holding: bool = False
@@ -258,6 +260,8 @@ class Checkpointer(VersionReader):
         record = {"format": FORMAT, **content, "meta": binding(meta)}
         if self.trace:
             record["trace"] = self.trace
+        if self.cancelled_by is not None:
+            record["cancel"] = self.cancelled_by
         header = self.serializer.dumps(record, root=f"checkpoint '{self.checkpoint_id}'")
         self.sent = lease_clock()  # the store stamps the lease no earlier (on its clock): see engine/keep/lease.py
         fence = {"due_by": self.answer_by} if self.answer_by is not None and _fences_deadlines(self.store) else {}
@@ -274,6 +278,7 @@ class Checkpointer(VersionReader):
         self.holding = running and lease is None
         self.takeover = False
         self.origin = None
+        self.cancelled_by = None
         self.version = meta.version
         self.created_at = meta.created_at
         self._known.update(b.hash for b in blobs)

@@ -49,6 +49,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import LeaseLost
+from .cancel import POLL
 
 __all__ = ["LeaseKeeper", "lease_clock", "reserve", "forget", "lost"]
 
@@ -82,10 +83,17 @@ class LeaseKeeper:
         self.due = lease_clock() + self.interval
         self.lost: str | None = None
         self._failing: str | None = None  # the last renewal's error, while renewals fail
+        self.since = version()
+        """The version this execution's claim wrote: a cancel request naming an earlier one is not for it."""
+        self.cancel: Any = None
+        """The cancel request this execution honours (engine/keep/cancel.py), once the lease thread read one."""
+        self.armed = True
+        """The run's task is inside the run: a cancel "now" may cancel it (`disarm()` once it is not)."""
         try:
             self.task: asyncio.Task | None = asyncio.current_task()  # what `lost(task)` asks about
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
-            self.task = None
+            self.task = self._loop = None
 
     def wrote(self, sent: float | None) -> None:
         """A version was written; `sent` is the lease clock when its write was sent (None once the
@@ -124,6 +132,27 @@ class LeaseKeeper:
 
     def start(self) -> None:
         _renewer().add(self)
+
+    def disarm(self) -> None:
+        """The run's task left the run: a cancel read from now on cancels nothing (it would hit other code)."""
+        self.armed = False
+
+    def asked(self, request: Any) -> None:
+        """(The lease thread.) A cancel request was read for this run: honoured once, if it is for this execution."""
+        if self.cancel is not None or request.version < (self.since or 0):
+            return
+        self.cancel = request
+        log.info("run '%s': cancel requested by %s (%s)", self.checkpoint_id, request.by or "an unnamed caller",
+                 request.when)
+        if request.when == "now" and self._loop is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._cancel_now)
+            except RuntimeError:  # the run's loop closed: the run is over
+                pass
+
+    def _cancel_now(self) -> None:
+        if self.armed and self.task is not None and not self.task.done():
+            self.task.cancel(f"run '{self.checkpoint_id}' cancelled by {self.cancel.by or 'an unnamed caller'}")
 
     def stop(self) -> None:
         _renewer().remove(self)
@@ -192,7 +221,10 @@ class _Renewer:
         self._go = threading.Event()  # make the loop now: a renewal is due sooner than `next_look`, or a reservation
         self._wake: asyncio.Event | None = None
         self._renewing: dict[int, tuple[asyncio.Task, float, Any, list[LeaseKeeper]]] = {}
-        """id(store) -> its renewals in flight (one at a time): the task, when it was sent, the store, its keepers."""
+        """id(store) -> its look in flight (one at a time: renewals, then cancel requests): the task, when it was sent,
+        the store, the keepers it renews."""
+        self._next_poll: dict[int, float] = {}  # id(store) -> when its cancel requests are read next
+        self._asking_failed: set[int] = set()  # id(store) of stores whose cancel requests could not be read
         # Started with `_thread`, not `threading.Thread.start()`, which waits for the new thread to be scheduled,
         # and the thread makes its loop only when a renewal is due: both would otherwise hold up (the GIL of) the
         # first run of a process — a cold resume — for ~0.5 ms, for a thread it needs seconds later. Daemon by
@@ -248,9 +280,11 @@ class _Renewer:
             for k in keepers:
                 if k.due <= now:
                     due.setdefault(id(k.store), (k.store, []))[1].append(k)
-            for key, (store, group) in due.items():
-                if key not in self._renewing:  # a store still answering the last renewals is not sent more
-                    task = asyncio.ensure_future(self._renew(store, group))
+            polls = self._cancel_polls(keepers, now)
+            for key in due.keys() | polls.keys():
+                if key not in self._renewing:  # a store still answering the last look is not sent more
+                    store, group = due.get(key) or (polls[key][0], [])
+                    task = asyncio.ensure_future(self._look(store, group, polls.get(key, (store, []))[1]))
                     self._renewing[key] = (task, lease_clock(), store, group)
                     task.add_done_callback(lambda _, key=key: self._done_renewing(key))
             self._overdue()
@@ -258,13 +292,29 @@ class _Renewer:
                 k.watch_deadline()
             soonest = [k.due for k in keepers if id(k.store) not in self._renewing]
             soonest += [k.held_until for k in keepers if k.lost is None]
-            soonest += [sent + min(k.interval for k in group) for _, sent, _, group in self._renewing.values()]
+            soonest += [sent + min(k.interval for k in group) for _, sent, _, group in self._renewing.values() if group]
+            soonest += list(self._next_poll.values())
             self.next_look = min(soonest + [lease_clock() + self.IDLE])
             try:
                 await asyncio.wait_for(self._wake.wait(), max(0.005, self.next_look - lease_clock()))
             except asyncio.TimeoutError:
                 pass
             self._wake.clear()
+
+    def _cancel_polls(self, keepers: list[LeaseKeeper], now: float) -> dict[int, tuple[Any, list[LeaseKeeper]]]:
+        """The keepers, by store, whose cancel requests are due to be read (engine/keep/cancel.py): every `POLL` s
+        while a run of that store executes here and has not been asked to stop yet."""
+        asking: dict[int, tuple[Any, list[LeaseKeeper]]] = {}
+        for k in keepers:
+            if k.cancel is None and k.lost is None and getattr(k.store, "cancel_requests", None) is not None:
+                asking.setdefault(id(k.store), (k.store, []))[1].append(k)
+        self._next_poll = {key: self._next_poll.get(key, now) for key in asking}
+        due = {}
+        for key, found in asking.items():
+            if self._next_poll[key] <= now and key not in self._renewing:
+                self._next_poll[key] = now + POLL
+                due[key] = found
+        return due
 
     def _done_renewing(self, key: int) -> None:
         self._renewing.pop(key, None)
@@ -277,10 +327,39 @@ class _Renewer:
         now = lease_clock()
         for task, sent, store, group in list(self._renewing.values()):
             waited = now - sent
-            if not task.done() and waited > min(k.interval for k in group):
+            if group and not task.done() and waited > min(k.interval for k in group):
                 self.reserved.discard(store)
                 for k in group:
                     k.failed(TimeoutError(f"its renewal got no answer for {waited:.1f} s"))
+
+    async def _look(self, store: Any, renew: list[LeaseKeeper], ask: list[LeaseKeeper]) -> None:
+        """One store's renewals and cancel requests, one after the other: they share its connection for renewals."""
+        if renew:
+            await self._renew(store, renew)
+        if ask:
+            await self._read_cancels(store, ask)
+
+    async def _read_cancels(self, store: Any, keepers: list[LeaseKeeper]) -> None:
+        """Hand each keeper the cancel request recorded for its run, if any. A store that cannot answer is said at
+        once (a cancel asked meanwhile takes effect once it answers again), and when it answers again."""
+        try:
+            requests = await store.cancel_requests([k.checkpoint_id for k in keepers])
+        except Exception as err:  # noqa: BLE001 - said, naming the runs; the runs go on
+            if id(store) not in self._asking_failed:
+                self._asking_failed.add(id(store))
+                log.warning("cancel requests of run(s) %s could not be read (%s); a cancel asked meanwhile takes "
+                            "effect once they can be", ", ".join(repr(k.checkpoint_id) for k in keepers[:5]),
+                            _cause(err))
+            return
+        if id(store) in self._asking_failed:
+            self._asking_failed.discard(id(store))
+            log.warning("cancel requests of run(s) %s are read again",
+                        ", ".join(repr(k.checkpoint_id) for k in keepers[:5]))
+        found = {r.checkpoint_id: r for r in requests}
+        for k in keepers:
+            request = found.get(k.checkpoint_id)
+            if request is not None:
+                k.asked(request)
 
     async def _renew(self, store: Any, keepers: list[LeaseKeeper]) -> None:
         """Renew the leases of `keepers` (all on `store`) in one go. A store slow to answer is waited for (never

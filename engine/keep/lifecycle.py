@@ -32,6 +32,9 @@ The rules (docs/resume.md):
     at its next step boundary (`ProcessStopping`), or where it is when cancelled for the shutdown; either way it
     is left `running` as last saved with its lease ended, never stored as cancelled: the next process
     continues it at once. Only a person's cancel is stored as cancelled.
+13. A person's cancel request (engine/keep/cancel.py), read by this process's lease thread, stops the run where it
+    asks — its task cancelled now, or at the next step boundary (after a named node) of the run or a run nested in
+    it — and stores it cancelled at its last finished step with who asked; the caller gets `RunCancelled`.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from ..errors import (
     CheckpointNotFound,
     GraphInterrupted,
     ProcessStopping,
+    RunCancelled,
     StoreUnavailable,
     WaypointError,
 )
@@ -58,6 +62,7 @@ from ..run import (
 )
 from ..shape import GraphShape
 from .admission import Admission
+from .cancel import cancelled, safe_point
 from .checkpoint import Checkpointer, Loaded
 from .lease import LeaseKeeper, reserve
 from .owners import executing
@@ -131,7 +136,7 @@ async def _observed(emitter: Emitter, info: RunInfo, body: Any, version: Any) ->
     except GraphInterrupted as paused:
         info.status, info.interrupts = "interrupted", paused.info
         raise
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, RunCancelled):
         info.status = "cancelled"
         raise
     except BaseException as err:
@@ -228,7 +233,11 @@ class _Session(Admission):
     async def execute(self, run: Run) -> Any:
         shutdown = await self._arm(run)
         try:
-            output = await _execute(run, self)
+            try:
+                output = await _execute(run, self)
+            finally:
+                if self.lease is not None:
+                    self.lease.disarm()  # a cancel "now" read from here on cancels nothing: the run is left
         except GraphInterrupted as paused:
             if self.last_status != "interrupted":
                 await self._save(run, "interrupted")
@@ -236,6 +245,13 @@ class _Session(Admission):
             raise
         except asyncio.CancelledError:
             await self._cancelled(shutdown)
+            asked = self.lease.cancel if self.lease is not None else None
+            if asked is not None and asked.when == "now" and not (shutdown is not None and shutdown.cancelling) \
+                    and _uncancel() == 0:  # this was the person's cancel, and only that: say it as theirs
+                raise cancelled(asked, self.target) from None
+            raise
+        except RunCancelled:  # a person's cancel, at a safe point: stored cancelled with what finished (rule 13)
+            await self._save_stopped("interrupted", "cancelled")
             raise
         except ProcessStopping:  # stopped at a step boundary for the process's shutdown (rule 12)
             await self._stand_down(release=True)
@@ -279,6 +295,7 @@ class _Session(Admission):
                                          lambda: self.cp.version, held_from=self.cp.sent)
         lease.start()
         run.before_step = run.lease_check = lease.check
+        run.safe_point = safe_point(lambda: lease.cancel, self.target)
         shutdown, target = current_shutdown(), self.target
         if shutdown is not None:  # the process may stop: the run stops at a step boundary (rule 12)
             run.before_step = lambda: (lease.check(), shutdown.check(target))
@@ -337,8 +354,12 @@ class _Session(Admission):
             await self._wrote(await self.cp.save(pos, status, journal=run.journal))
 
     async def _save_stopped(self, status: str, error: str, *, shield: bool = False) -> None:
-        """Store a failed or cancelled run at its last finished step (never with that step's changes)."""
+        """Store a failed or cancelled run at its last finished step (never with that step's changes), with who
+        cancelled it when a person's cancel request did."""
         error = _storable(error)  # an error may quote a model's text: any text must be storable
+        asked = self.lease.cancel if self.lease is not None else None
+        if error == "cancelled" and asked is not None:
+            self.cp.cancelled_by = {"by": asked.by, "when": asked.when, "at": asked.requested_at}
         if self.durability == "step" or self.snapshot is None:
             save = self.cp.mark(status, error=error)
         else:
@@ -390,6 +411,12 @@ def _storable(text: str) -> str:
     """`text` as every store can keep it: valid UTF-8 (an unpaired surrogate as `\\udXXX`), no NUL, clipped."""
     text = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\x00")
     return text if len(text) <= 4000 else text[:4000] + "..."
+
+
+def _uncancel() -> int:
+    """Take back one cancellation of the calling task (its remaining count: 0 when nothing else cancelled it)."""
+    task = asyncio.current_task()
+    return task.uncancel() if task is not None else 1
 
 
 async def _finish_despite_cancel(coro: Any) -> Any:

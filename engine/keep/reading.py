@@ -54,6 +54,29 @@ class PartCache:
         return self.raw
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CancelledBy:
+    """A person's cancel as the version it stopped records it: who asked, where it stopped, when it was asked (the
+    store's clock)."""
+
+    by: str
+    when: str
+    at: float
+
+    def plain(self) -> dict[str, Any]:
+        return {"by": self.by, "when": self.when, "at": self.at}
+
+    @classmethod
+    def read(cls, value: Any) -> CancelledBy | None:
+        """From a header's `cancel` entry; None when absent or malformed (it is a record for people, not a rule)."""
+        if type(value) is not dict:
+            return None
+        by, when, at = value.get("by"), value.get("when"), value.get("at")
+        if type(by) is not str or type(when) is not str or type(at) not in (int, float):
+            return None
+        return cls(by=by[:200], when=when[:300], at=float(at))
+
+
 @dataclass(kw_only=True)
 class Loaded:
     """A version read back: its meta and the decoded position and graph structure."""
@@ -63,6 +86,8 @@ class Loaded:
     structure: dict[str, Any]
     trace: dict[str, str] = field(default_factory=dict)
     """The trace carrier of the run that wrote this version (empty when it stored none)."""
+    cancelled_by: CancelledBy | None = None
+    """Who stopped the run at this version, and where, when a person's cancel did (engine/keep/cancel.py)."""
     state_changes: list[Any] = field(default_factory=list)
     """What in the reader's state schema this version's state cannot be continued across (`StateChange`s); when
     any, `position.state` is None: the stored fields were not joined into a class that no longer fits them."""
@@ -98,7 +123,7 @@ class VersionReader:
         problem = _record_problem(record, self.checkpoint_id)
         if problem is not None:
             raise CheckpointCorrupted(f"{where}: {problem}; {RESTORE}")
-        content, trace = self._read_header(record, where)
+        content, trace, cancelled_by = self._read_header(record, where)
         lists = set(content["lists"])
         values: dict[str, Any] = {}
 
@@ -138,7 +163,7 @@ class VersionReader:
             raise CheckpointCorrupted(
                 f"{where}: its content does not have the expected shape ({describe(err)}); {RESTORE}") from err
         return Loaded(meta=record.meta, position=position, structure=structure, trace=trace,
-                      state_changes=changes), content
+                      state_changes=changes, cancelled_by=cancelled_by), content
 
     def _state_changes(self, structure: dict[str, Any], kind: Any, held: set[str]) -> list[Any]:
         """The state changes a stored state of `kind` holding the fields `held` meets in this reader's schema (none
@@ -147,9 +172,9 @@ class VersionReader:
             return []
         return state_changes(structure.get("state"), self.state_schema, held)
 
-    def _read_header(self, record: Checkpoint, where: str) -> tuple[dict[str, Any], dict[str, str]]:
+    def _read_header(self, record: Checkpoint, where: str) -> tuple[dict[str, Any], dict[str, str], Any]:
         """The header's content (parts, lists, state kind), after checking it describes this very row,
-        and the trace carrier it holds (malformed entries dropped: it is diagnostic data)."""
+        the trace carrier it holds (malformed entries dropped: it is diagnostic data) and who cancelled it."""
         header = self.serializer.loads(record.header)
         fmt = header.get("format") if type(header) is dict else None
         if fmt == 1 and "meta" not in header:
@@ -170,7 +195,8 @@ class VersionReader:
         if header.get("parts") != dict(record.parts) or type(lists) is not list \
                 or not all(type(n) is str for n in lists) or not _is_state_kind(state):
             raise CheckpointCorrupted(f"{where}: its header does not match its part list; {RESTORE}")
-        return {"parts": dict(record.parts), "lists": lists, "state": state}, clean_trace(header.get("trace"))
+        return ({"parts": dict(record.parts), "lists": lists, "state": state}, clean_trace(header.get("trace")),
+                CancelledBy.read(header.get("cancel")))
 
     def _checkbinding(self, bound: Any, meta: CheckpointMeta, where: str) -> None:
         expected = binding(meta)

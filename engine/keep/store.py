@@ -77,6 +77,13 @@ Guarantees every store gives (tests/test_store_contract.py checks them on every 
    by page. `put(..., due_by=t)` (optional) writes only while `clock()` is before `t`, judged in the write's own
    transaction, else `PauseExpired` and nothing is written: a resume's claim answering a pause whose deadline is
    `t` never lands after it.
+14. **Cancel requests** (optional: `request_cancel` and `cancel_requests`). `request_cancel(checkpoint_id, when=,
+   by=)` records a person's request to stop the run — replacing an earlier one — only while its newest version is
+   `running` under an unexpired lease, judged in the same transaction on the store's clock; else `NotRunning`
+   (`CheckpointNotFound` for an unknown run) and nothing is recorded. The request names that newest version and is
+   stamped with `clock()`. `cancel_requests(checkpoint_ids)` returns the requests recorded for those runs; the
+   process executing a run honours one only if it names a version at or after the one its claim wrote (a request
+   made before a later continuation is never honoured by it). A delete of the run deletes its request.
 """
 
 from __future__ import annotations
@@ -89,7 +96,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from ..errors import CheckpointError, clip
 
 __all__ = ["store_clock", "CheckPointStore", "CheckpointMeta", "Checkpoint", "Blob", "RunStatus", "MissingBlobs", "MAX_PARTS",
-           "MAX_PART_NAME", "MAX_HASH", "MAX_CHAIN", "meta_problem", "parts_problem", "version_label"]
+           "MAX_PART_NAME", "MAX_HASH", "MAX_CHAIN", "meta_problem", "parts_problem", "version_label", "CancelRequest",
+           "CANCEL_WHEN"]
 
 RunStatus = Literal["running", "interrupted", "completed", "failed"]
 STATUSES: tuple[str, ...] = ("running", "interrupted", "completed", "failed")
@@ -154,6 +162,26 @@ class CheckpointMeta:
         """Stored `interrupted` because its task was cancelled (Ctrl-C, a closed stream): it waits for nothing and
         continues from its last finished step when resumed."""
         return self.status == "interrupted" and self.error == "cancelled"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CancelRequest:
+    """A person's request to stop a running run (guarantee 14)."""
+
+    checkpoint_id: str
+    version: int
+    """The run's newest version when it was asked: a claim written after it is not stopped by it."""
+    when: str
+    """Where the run stops: "now", "after_step", or "after:<node>" (at the first step boundary after that node ran,
+    in the run or any run nested in it)."""
+    by: str
+    """Who asked, as they said it (shown; never trusted)."""
+    requested_at: float
+    """The store's clock when it was recorded."""
+
+
+CANCEL_WHEN = ("now", "after_step")
+"""The `when` of a cancel that names no node; "after:<node>" names one."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
-from ..errors import GraphRunError, LeaseLost, MaxStepsExceeded, ProcessStopping, StoreUnavailable
+from ..errors import GraphRunError, LeaseLost, MaxStepsExceeded, ProcessStopping, RunCancelled, StoreUnavailable
 from ..events import Emitter
 from ..shape import END, START, CNode, GraphShape, StateJournal, apply_writes, assemble, to_chunks, to_value
 from .calls import NodeCalls, RunInterrupted, _Done
@@ -64,6 +64,8 @@ class Run(NodeCalls):
         self.halted = False  # something paused during this execution: start no new DAG task
         self.before_step: Callable[[], None] | None = None  # raises to stop: the lease lost, the process stopping
         self.lease_check: Callable[[], None] | None = None  # raises once the lease is lost (`check_lease()`)
+        self.safe_point: Callable[[Run], None] | None = None  # raises to stop here: a person's cancel (keep/cancel.py)
+        self.ran: set[str] = set()  # the nodes that finished since the last step boundary
         self.ledger: Callable[[], tuple] | None = None  # (store, serializer, id, epoch, holder, incarnation)
         self.checkpoint_id: str | None = None  # the stored run this executes in, if any
         self.step_key: Callable[[], tuple[str, int]] | None = None  # (checkpoint_id, ledger epoch) when stored
@@ -192,12 +194,15 @@ class Run(NodeCalls):
     def _before_step(self) -> None:
         if self.before_step is not None:
             self.before_step()
+        if self.safe_point is not None:
+            self.safe_point(self)
+        self.ran.clear()
 
     def _stops_run(self, err: Exception) -> bool:
-        """This run's lost lease, its store failing, or its process stopping, raised inside a task
+        """This run's lost lease, its store failing, its process stopping or a person's cancel, raised inside a task
         (`check_lease()`, a ledger write, a nested run's step boundary): not the node's error — the run stops as
         it was last saved."""
-        if isinstance(err, (LeaseLost, ProcessStopping)):
+        if isinstance(err, (LeaseLost, ProcessStopping, RunCancelled)):
             return err.checkpoint_id == self.checkpoint_id
         return isinstance(err, StoreUnavailable)
 
@@ -324,8 +329,7 @@ class Run(NodeCalls):
                 f"(still pending: {sorted(self.pos.pending)}); raise max_steps or check for an unintended cycle",
                 max_steps=self.max_steps,
             )
-        if self.before_step is not None:
-            self.before_step()
+        self._before_step()
 
     def _write(self, results: list[_Done]) -> None:
         """Apply the state writes of finished tasks in graph order, field by field through the reducers.
@@ -378,6 +382,7 @@ class Run(NodeCalls):
             return
         pos.pending.pop(key, None)
         pos.interrupts.pop(key, None)
+        self.ran.add(key)
         if key in pos.released:
             pos.released.remove(key)
         if key in self.graph.interrupt_after:
@@ -490,6 +495,7 @@ class Run(NodeCalls):
         child.ledger, child.checkpoint_id = self.ledger, self.checkpoint_id
         child.step_key, child.token, child.version = self.step_key, self.token, self.version
         child.before_step, child.lease_check, child.progress = self.before_step, self.lease_check, self.progress
+        child.safe_point = self.safe_point
         child.offload_sync = self.offload_sync
         if graph.state_factory is None:  # it writes its parent's state: through the parent's reducers
             child.reducers, child.journal = self.reducers, self.journal

@@ -27,8 +27,8 @@ TIMEOUT = 60.0  # a loaded machine starts a Python process in seconds, not minut
 
 
 class Setup:
-    def __init__(self, tmp_path: Path, mode: str) -> None:
-        self.db, self.mode, self.cid = tmp_path / "runs.db", mode, f"{mode}-run"
+    def __init__(self, tmp_path: Path, mode: str, db: str | None = None) -> None:
+        self.db, self.mode, self.cid = db or str(tmp_path / "runs.db"), mode, f"{mode}-run"
         self.gates = tmp_path / "gates"
         self.gates.mkdir()
         self.journal = tmp_path / "journal.txt"
@@ -63,7 +63,7 @@ class Setup:
 
     def cancel(self, when: str, by: str = "alice@desk") -> object:
         async def ask():
-            store = SQLiteStore(self.db)
+            store = cancel_app.open_store(self.db)
             try:
                 app, kind = cancel_app.build(self.mode, cancel_app.Journal(str(self.journal), str(self.gates)), store)
                 if kind == "agent":  # Runner.cancel's names for the agent's points
@@ -76,7 +76,7 @@ class Setup:
 
     def snapshot(self):
         async def read():
-            store = SQLiteStore(self.db)
+            store = cancel_app.open_store(self.db)
             try:
                 app, kind = cancel_app.build(self.mode, cancel_app.Journal(str(self.journal), str(self.gates)), store)
                 return await (app.app if kind == "agent" else app).get_run(self.cid)
@@ -186,7 +186,7 @@ def test_a_run_whose_process_is_gone_is_not_running_on_the_store_s_clock(tmp_pat
     proc.wait()
 
     async def expire_and_cancel():  # its lease runs out on the store's clock: nothing executes the run
-        store = SQLiteStore(s.db)
+        store = cancel_app.open_store(s.db)
         try:
             head = (await store.history(s.cid, limit=1))[0]
             while await store.clock() <= head.lease_expires:
@@ -216,8 +216,9 @@ def test_a_request_made_before_a_continuation_does_not_stop_it(tmp_path):
 # --- agents -------------------------------------------------------------------------------------------
 
 
-def test_after_tool_calls_finishes_and_records_the_calls_in_flight_and_calls_no_model(tmp_path):
-    s = Setup(tmp_path, "agent")
+@pytest.mark.parametrize("database", ["sqlite", "postgres"])
+def test_after_tool_calls_finishes_and_records_the_calls_in_flight_and_calls_no_model(tmp_path, database, request):
+    s = Setup(tmp_path, "agent", request.getfixturevalue("pg_url") if database == "postgres" else None)
     s.hold("gated")
     proc = s.start()
     s.wait("gated", "start", proc=proc)

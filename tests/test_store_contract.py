@@ -579,3 +579,37 @@ async def test_postgres_a_writer_frozen_inside_its_transaction_holds_the_run_for
     await conn.invalidate()
     await frozen.close()
     await other.close()
+
+
+async def test_a_cancel_request_is_recorded_only_while_the_run_runs_under_a_live_lease_on_the_stores_clock(store):
+    from waypoint.engine.errors import NotRunning
+
+    with pytest.raises(CheckpointNotFound):
+        await store.request_cancel("run-1", when="now", by="alice")
+    await store.put(meta(lease_owner="me", lease_expires=100.3), b"h", {}, [], expected_version=None)
+    await store.put(meta(version=2, lease_owner="me", lease_expires=100.3), b"h", {}, [], expected_version=1,
+                    holder="me")
+    before = await store.clock()
+    asked = await store.request_cancel("run-1", when="after:tools", by="alice")
+    assert (asked.checkpoint_id, asked.version, asked.when, asked.by) == ("run-1", 2, "after:tools", "alice")
+    assert before - 1 <= asked.requested_at <= await store.clock() + 1  # the store's clock
+    again = await store.request_cancel("run-1", when="now", by="bob")  # the newest request replaces the earlier one
+    assert await store.cancel_requests(["run-1", "run-2", "run-1"]) == [again]
+    await _expire(store)
+    with pytest.raises(NotRunning, match="lease ran out"):
+        await store.request_cancel("run-1", when="now", by="carol")
+    await store.put(meta(version=3, status="interrupted"), b"h", {}, [], expected_version=2)
+    with pytest.raises(NotRunning, match="not running"):
+        await store.request_cancel("run-1", when="now", by="carol")
+    assert await store.cancel_requests(["run-1"]) == [again]  # nothing recorded by a refused request
+    await store.delete("run-1")
+    assert await store.cancel_requests(["run-1"]) == []
+
+
+@pytest.mark.parametrize("when, by", [("later", "x"), ("after:", "x"), (3, "x"), ("now", "x" * 201), ("now", None),
+                                      ("now", "a\x00b")])
+async def test_a_malformed_cancel_request_is_refused_before_anything_is_read(store, when, by):
+    await store.put(meta(lease_owner="me", lease_expires=130.0), b"h", {}, [], expected_version=None)
+    with pytest.raises(ValueError, match="cancel"):
+        await store.request_cancel("run-1", when=when, by=by)
+    assert await store.cancel_requests(["run-1"]) == []

@@ -16,8 +16,7 @@ from typing import Any
 
 from ..errors import CheckpointNotFound, GraphInterrupted, WaypointError
 from ..events import Emitter, Event
-from ..keep import Checkpointer, RunOptions, run_graph, update_state
-from ..keep.cancel import request_cancel
+from ..keep import Checkpointer, RunOptions, request_cancel, run_graph, update_state
 from ..run import (
     InterruptInfo,
     Pending,

@@ -2,8 +2,9 @@
 versions (`checkpoint`; read back and verified by `reading`), the checks before a run is claimed (`admission`),
 a run's life against a store — claim, steps, pause, end (`lifecycle`), its lease and
 the processes that own runs (`lease`, `owners`), recovery of runs nobody resumes (`recovery`), edits of a
-stored run (`state_update`), and a process stopping (`shutdown`)."""
+stored run (`state_update`), a process stopping (`shutdown`) and a person's cancel (`cancel`)."""
 
+from .cancel import request_cancel
 from .checkpoint import Checkpointer, fingerprint
 from .lifecycle import RunOptions, run_graph
 from .recovery import Recovered, recover
@@ -13,5 +14,5 @@ from .store import Checkpoint, CheckpointMeta, CheckPointStore
 
 __all__ = [
     "CheckPointStore", "Checkpoint", "CheckpointMeta", "Checkpointer", "Recovered", "RunOptions", "Shutdown",
-    "fingerprint", "recover", "run_graph", "update_state"
+    "fingerprint", "recover", "request_cancel", "run_graph", "update_state"
 ]

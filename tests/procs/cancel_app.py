@@ -1,9 +1,9 @@
 """Runs for the cancel tests, executed in a child process (tests/test_cancel.py).
 
-    python cancel_app.py DB CHECKPOINT_ID MODE --gates DIR --journal PATH [--continue-run] [--takeover]
+    python cancel_app.py DB|URL CHECKPOINT_ID MODE --gates DIR --journal PATH [--continue-run] [--takeover]
 
 MODE "graph": START -> a -> b -> c -> END. MODE "agent": a model that asks for `fast` and `gated` in parallel, then
-sums up. MODE "nested": an agent whose only tool is the "agent" agent (an `AgentTool`). Every node, model turn and
+sums up. MODE "nested": an agent whose only tool is the "agent" agent (an `AgentTool`), under `SafeToolMiddleware`. Every node, model turn and
 tool appends "<what> start|done <pid> [<idempotency key>]" to the journal; a step named in `gate_names` waits for the
 file DIR/gate-<name> to exist before it is done (the test opens gates as events, never by sleeping). A cancel
 request read by this process is journalled as "asked <when> <pid>". Exit codes: 0 completed (output as JSON), 5
@@ -33,7 +33,8 @@ from waypoint.engine import (
     ToolContext,
     tool,
 )
-from waypoint.stores import SQLiteStore
+from waypoint.middleware import SafeToolMiddleware
+from waypoint.stores import SQLiteStore, SQLStore
 
 
 class Journal:
@@ -118,9 +119,17 @@ def agent(j: Journal, name: str = "agent") -> ChatModelAgent:
 
 
 def nested(j: Journal) -> ChatModelAgent:
+    """The outer agent turns its tools' errors into text for its model (`SafeToolMiddleware`): a cancel stopping the
+    inner agent's run is no tool error, and must pass."""
     inner = AgentTool(agent(j, "inner"))
     calls = [ToolCall(id="o1", name="inner", arguments='{"request": "work"}')]
-    return ChatModelAgent(name="outer", model=Scripted(j, "outer", calls), tools=[inner])
+    return ChatModelAgent(name="outer", model=Scripted(j, "outer", calls), tools=[inner],
+                          middlewares=[SafeToolMiddleware()])
+
+
+def open_store(db: str):
+    """A SQLite file, or a Postgres URL (its renewals and cancel requests then go over the renewal connection)."""
+    return SQLStore(db) if db.startswith("postgresql") else SQLiteStore(db)
 
 
 def build(mode: str, j: Journal, store) -> tuple[object, str]:
@@ -134,7 +143,7 @@ async def main(args) -> int:
     j = Journal(args.journal, args.gates)
     logging.getLogger("waypoint.lease").addHandler(Asked(j))
     logging.getLogger("waypoint.lease").setLevel(logging.INFO)
-    store = SQLiteStore(args.db)
+    store = open_store(args.db)
     app, kind = build(args.mode, j, store)
     try:
         if kind == "graph":

@@ -204,13 +204,18 @@ def test_a_request_made_before_a_continuation_does_not_stop_it(tmp_path):
     s.hold("b")
     proc = s.start()
     s.wait("b", "start", proc=proc)
-    s.cancel("after:c")  # the run never reaches c in this process: it is cancelled now instead
-    s.wait("asked", "after:c", proc=proc)
-    proc.kill()  # … or rather its process dies; the request stays recorded
+    s.cancel("after:b")
+    s.wait("asked", "after:b", proc=proc)
+    proc.kill()  # its process dies inside b, before the point it was asked to stop at; the request stays recorded
     proc.wait()
+    again = s.start("--continue-run", "--takeover")
+    s.wait("b", "start", 2, proc=again)
+    looked = s.seen("looked", "requests")
+    s.wait("looked", "requests", looked + 1, proc=again)  # it read the request while inside b …
     s.open("b")
-    code, out, err = ended(s.start("--continue-run", "--takeover"))  # its claim comes after the request: not stopped
+    code, out, err = ended(again)  # … and its claim came after the request: the run is not stopped after b
     assert code == 0 and json.loads(out) == ["a", "b", "c"], (code, out, err)
+    assert (s.seen("b", "done"), s.seen("asked", "after:b")) == (1, 1)
 
 
 # --- agents -------------------------------------------------------------------------------------------

@@ -355,6 +355,7 @@ class _Renewer:
             self._asking_failed.discard(id(store))
             log.warning("cancel requests of run(s) %s are read again",
                         ", ".join(repr(k.checkpoint_id) for k in keepers[:5]))
+        log.debug("cancel requests of %d run(s) read", len(keepers))
         found = {r.checkpoint_id: r for r in requests}
         for k in keepers:
             request = found.get(k.checkpoint_id)

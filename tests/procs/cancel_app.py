@@ -6,7 +6,7 @@ MODE "graph": START -> a -> b -> c -> END. MODE "agent": a model that asks for `
 sums up. MODE "nested": an agent whose only tool is the "agent" agent (an `AgentTool`), under `SafeToolMiddleware`. Every node, model turn and
 tool appends "<what> start|done <pid> [<idempotency key>]" to the journal; a step named in `gate_names` waits for the
 file DIR/gate-<name> to exist before it is done (the test opens gates as events, never by sleeping). A cancel
-request read by this process is journalled as "asked <when> <pid>". Exit codes: 0 completed (output as JSON), 5
+request read by this process is journalled as "asked <when> <pid>", and each look for one as "looked requests <pid>". Exit codes: 0 completed (output as JSON), 5
 `RunCancelled` (prints {"cancelled": by, "when": when}), 4 another error.
 """
 
@@ -67,6 +67,8 @@ class Asked(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if "cancel requested" in record.getMessage():
             self.journal.write("asked", record.args[-1] if record.args else "?")
+        elif record.getMessage().startswith("cancel requests of") and record.getMessage().endswith(" read"):
+            self.journal.write("looked", "requests")
 
 
 def graph(j: Journal, store) -> Graph:
@@ -142,7 +144,7 @@ def build(mode: str, j: Journal, store) -> tuple[object, str]:
 async def main(args) -> int:
     j = Journal(args.journal, args.gates)
     logging.getLogger("waypoint.lease").addHandler(Asked(j))
-    logging.getLogger("waypoint.lease").setLevel(logging.INFO)
+    logging.getLogger("waypoint.lease").setLevel(logging.DEBUG)
     store = open_store(args.db)
     app, kind = build(args.mode, j, store)
     try:

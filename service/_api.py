@@ -17,6 +17,7 @@ from waypoint.engine.keep.store import store_clock
 
 from ._events import LogEvent, stream
 from ._execution import Execution
+from ._cancel import cancel_run
 from ._guard import guarded_route
 from ._paging import HISTORY_PAGE, MAX_VERSION, decode_cursor, encode_cursor, history_page
 from ._queued import Submission
@@ -24,6 +25,8 @@ from ._refusals import Attempt, conflict, missing, refused
 from ._responses import SafeJSONResponse, invalid, problem
 from ._resume import Prepared, prepare_resume
 from ._schemas import (
+    CancelAccepted,
+    CancelRun,
     Accepted,
     Approvals,
     HistoryPage,
@@ -88,6 +91,9 @@ def build_api_router(state: ServiceState) -> APIRouter:
         ("POST", "/runs/{checkpoint_id}/resume", api.resume_run, "resume",
          {**run, "response_model": Accepted | RunView,
           "responses": {**_NOT_FOUND, **_CONFLICT, **_INVALID, **_UNAVAILABLE}}),
+        ("POST", "/runs/{checkpoint_id}/cancel", api.cancel_run, "cancel",
+         {**run, "status_code": 202, "response_model": CancelAccepted,
+          "responses": {**_NOT_FOUND, **_CONFLICT, **_INVALID}}),
         ("DELETE", "/runs/{checkpoint_id}", api.delete_run, "delete",
          {**run, "status_code": 204, "response_class": Response, "response_model": None,
           "responses": {**_NOT_FOUND, **_CONFLICT}}),
@@ -229,6 +235,14 @@ class _Api:
                                       takeover=body.takeover, expected_version=prepared.seen.version,
                                       created_at=prepared.seen.created_at)
         return await self._answer(ex, attempt, body.wait, 200)
+
+    async def cancel_run(self, checkpoint_id: str, body: CancelRun) -> Any:
+        """Stop a running run wherever it executes — this service, another one, a worker — `now` or at a safe point
+        (`after_step`; an agent's `after_tool_calls` or `after_model_call`; `after:<node>`). It is stored cancelled
+        at its last finished step with who asked, and continues when resumed or given new input. 202 once the request
+        is recorded (the run stops within about half a second); 409 when nothing executes the run (paused, finished,
+        or its process is gone); 422 for a point its graph does not have."""
+        return await cancel_run(self.state, checkpoint_id, body)
 
     async def delete_run(self, checkpoint_id: str,
                          force: bool = Query(False, description="also a run that is running")) -> Any:

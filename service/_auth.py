@@ -6,7 +6,7 @@ opaque, expiring, revocable session ID, never the token). A session-authenticate
 something must also carry the session's write key (`X-Waypoint-CSRF`), which only the page's own origin
 can read: the cookie alone cannot approve, start or delete anything.
 
-What a token may do is a set of scopes: `read` (get, list, events, approvals), `start`, `resume`,
+What a token may do is a set of scopes: `read` (get, list, events, approvals), `start`, `resume`, `cancel`,
 `delete`. No token, an unknown one or an ended session: 401 (repeated wrong tokens from one client are
 slowed down: service/_throttle.py). A known token without the scope: 403. A token's value never appears
 in a response, an error or a log line. The check needs only the request's headers: it runs before the
@@ -34,7 +34,7 @@ from ._throttle import Busy, Throttle
 __all__ = ["Auth", "AuthError", "Gate", "Identity", "SCOPES", "TOKEN_ENV", "READ_TOKEN_ENV", "MIN_TOKEN_LENGTH",
            "LOGIN_HEADER", "LOGIN_VALUE", "LOGINS_FREE", "session_cookie"]
 
-SCOPES = frozenset({"read", "start", "resume", "delete"})
+SCOPES = frozenset({"read", "start", "resume", "cancel", "delete"})
 TOKEN_ENV = "WAYPOINT_TOKEN"
 READ_TOKEN_ENV = "WAYPOINT_READ_TOKEN"
 MIN_TOKEN_LENGTH = 16

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-__all__ = ["StartRun", "ResumeRun", "Answer", "Approve", "Reject", "RespondWith", "RestartCall", "Accepted",
+__all__ = ["StartRun", "ResumeRun", "CancelRun", "CancelAccepted", "Answer", "Approve", "Reject", "RespondWith", "RestartCall", "Accepted",
            "Problem", "RunList", "RunRow", "InputMessage", "Served", "RunView", "PendingView", "VersionRow",
            "Approvals", "ApprovalItem", "HistoryPage", "run_id_problem", "MAX_VERSION"]
 
@@ -115,6 +115,26 @@ class ResumeRun(_Body):
     wait: bool = Field(False, description="answer once the run pauses again, completes or fails")
 
 
+class CancelRun(_Body):
+    """Ask whichever process executes a run to stop it (docs/service.md, "Cancelling a run")."""
+
+    when: str = Field("now", max_length=300, description="`now` (a tool call in flight is abandoned and runs again "
+                      "when the run is continued), `after_step`, for agents `after_tool_calls` or `after_model_call`, "
+                      "or `after:<node>`")
+    by: str | None = Field(None, max_length=200, description="who asks, as the run's record shows it (default: the "
+                           "service's API); shown, never trusted")
+
+
+class CancelAccepted(BaseModel):
+    """A cancel request recorded: the process executing the run stops it within about half a second (at `when`)."""
+
+    checkpoint_id: str
+    version: int = Field(description="the run's newest version when it was asked: a later continuation is not stopped")
+    when: str
+    by: str
+    requested_at: float = Field(description="Unix seconds, on the store's clock")
+
+
 class Accepted(BaseModel):
     """A start or resume that has written the run's first version (its claim)."""
 
@@ -195,6 +215,9 @@ class RunView(VersionRow):
     active: bool
     interrupts: list[PendingView]
     pending_nodes: list[str]
+    cancelled_by: dict[str, Any] | None = Field(None, description="who cancelled the run at this version (`by`, as "
+                                                "they said it), where it stopped (`when`) and when they asked (`at`, "
+                                                "the store's clock), when a person's cancel stopped it")
     messages: list[dict[str, Any]] | None = None
     decisions: Any = None
     state: Any = None

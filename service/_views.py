@@ -95,7 +95,8 @@ def run_view(snap: RunSnapshot, history: Sequence[CheckpointMeta], *, newest: in
            "newest_version": newest, "active": active,
            "interrupts": [time_left(pending_view(c, meta.version, meta.updated_at), now)
                           for c in snap.interrupts.contexts] if meta.status != "completed" else [],
-           "pending_nodes": list(snap.pending)}
+           "pending_nodes": list(snap.pending),
+           "cancelled_by": snap.cancelled_by.plain() if snap.cancelled_by is not None else None}
     if is_agent:
         out["messages"] = [message_view(m) for m in snap.state.messages]
         out["decisions"] = plain(snap.state.decisions)

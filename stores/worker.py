@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from waypoint.engine.errors import (CheckpointConflict, CheckpointNotFound, GraphInterrupted, GraphMismatch,
-                                   LeaseLost, ProcessStopping, StoreUnavailable)
+                                   LeaseLost, ProcessStopping, RunCancelled, StoreUnavailable)
 from waypoint.engine.keep.lease import forget as forget_renewals
 from waypoint.engine.keep.lease import lost as lost_lease
 from waypoint.engine.keep.lease import reserve as reserve_renewals
@@ -446,6 +446,8 @@ class Worker:
                         seen.version)
             except CheckpointConflict as err:
                 return await self._conflict(item, err, seen)
+            except RunCancelled as err:  # a person's cancel: the run is stored cancelled, and this work is done
+                return "interrupted", str(err), None, seen.version
             except (StoreUnavailable, GraphMismatch, ProcessStopping, asyncio.CancelledError):
                 raise
             except Exception as err:  # noqa: BLE001 - recorded on the queue row for whoever waits
@@ -579,7 +581,8 @@ def _plan(item: _Item, value: Any, snap: Any) -> Any:
     if snap is None:
         raise CheckpointNotFound(f"run '{item.checkpoint_id}' was deleted while its work was running")
     status, error = snap.meta.status, snap.meta.error
-    if status == "running" or (status == "interrupted" and error == "cancelled"):  # crashed or drained
+    if status == "running" or (status == "interrupted" and error == "cancelled" and snap.cancelled_by is None):
+        # crashed or drained (a person's cancel, which says who asked, is where the work came to rest)
         pending = [c.id for c in snap.interrupts.contexts]
         answers = value if item.kind == "resume" else None
         return None, _still_pending(answers, pending)

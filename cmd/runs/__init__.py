@@ -1,4 +1,4 @@
-"""`waypoint runs`: list, show, resume and delete the runs stored in a database (a SQLite file or a URL).
+"""`waypoint runs`: list, show, resume, cancel and delete the runs stored in a database (a SQLite file or a URL).
 
     waypoint runs list    [--status S] [--limit N]          the newest version of each run
     waypoint runs show    ID [--version N] [--graph M:A]    one version, decoded and readable
@@ -8,6 +8,8 @@
                                                             continue it in this process
     waypoint runs migrate ID --graph M:A [--goto NODE] [--answer CALL_ID JSON] [--values JSON] [--dry-run]
                                                             move it onto the version deployed now
+    waypoint runs cancel  ID [--when W] [--by WHO] [--wait S]
+                                                            stop it wherever it executes
     waypoint runs delete  ID [--yes]                        remove it (asks on a terminal)
 
 Every command takes `--db PATH|URL` (default `$WAYPOINT_DB`, else `.waypoint/waypoint.db`) and `--json`.
@@ -61,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts")
     parser = argparse.ArgumentParser(prog="waypoint runs", parents=[common],
                                      description="Inspect, resume and delete stored runs.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="list|show|history|resume|migrate|delete")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="list|show|history|resume|migrate|cancel|delete")
     p = sub.add_parser("list", parents=[common], help="the newest version of each run, most recent first")
     p.add_argument("--status", choices=STATUSES, help="only runs with this status")
     p.add_argument("--limit", type=_positive, default=50, help="at most N runs (default: %(default)s)")
@@ -97,6 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--values", metavar="JSON",
                    help="a JSON object of state fields: a new value for each field whose type changed")
     p.add_argument("--dry-run", action="store_true", help="show what it would write, and write nothing")
+    p = sub.add_parser("cancel", parents=[common], help="stop a running run wherever it executes, now or at a safe point")
+    p.add_argument("id")
+    p.add_argument("--when", default="now", metavar="W",
+                   help="now (default; a tool call in flight runs again when the run is continued), after_step, "
+                        "after_tool_calls or after_model_call (an agent), or after:NODE")
+    p.add_argument("--by", metavar="WHO", help="who asks, as the run's record shows it (default: user@host)")
+    p.add_argument("--wait", type=float, metavar="S", help="wait up to S seconds for the run to stop")
     p = sub.add_parser("delete", parents=[common], help="delete a run: every version, its blobs and its ledger")
     p.add_argument("id")
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
@@ -243,6 +252,12 @@ async def _migrate(args: Any, console: Console, hint: str) -> int:
     return await migrate_command(args, console, hint)
 
 
+async def _cancel(args: Any, console: Console, hint: str) -> int:
+    from .cancel import cancel_command
+
+    return await cancel_command(args, console, hint)
+
+
 async def _delete(args: Any, console: Console, hint: str) -> int:
     async with opened_store(args.db) as store:
         metas = await store.history(args.id)
@@ -273,7 +288,7 @@ def _confirm(checkpoint_id: str, newest: Any, versions: int, console: Console, n
 
 
 COMMANDS = {"list": _list, "show": _show, "history": _history, "resume": _resume, "migrate": _migrate,
-            "delete": _delete}
+            "cancel": _cancel, "delete": _delete}
 
 
 if __name__ == "__main__":

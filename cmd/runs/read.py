@@ -49,6 +49,8 @@ class StoredRun:
     """The store's clock when it was read: what its lease is judged by (never this process's clock)."""
     trace: dict[str, str] = field(default_factory=dict)
     """What the run stored with this version besides its state (`RunSnapshot.trace`): its project root."""
+    cancelled_by: Any = None
+    """Who cancelled it at this version (`RunSnapshot.cancelled_by`), when a person's cancel stopped it."""
 
     @property
     def pending(self) -> list[Pending]:
@@ -172,7 +174,7 @@ async def read_version(store: Any, checkpoint_id: str, version: int | None = Non
     return StoredRun(meta=snap.meta, graph=snap.graph or "?", state=snap.state, output=snap.output,
                      done=snap.meta.status == "completed" or snap.output is not None, pending_nodes=snap.pending,
                      interrupts=snap.interrupts, newest=snap.meta.version, structure=snap.structure,
-                     now=await store_clock(store), trace=dict(snap.trace))
+                     now=await store_clock(store), trace=dict(snap.trace), cancelled_by=snap.cancelled_by)
 
 
 async def read_run(store: Any, checkpoint_id: str, version: int | None = None, *, serializer: Any = None,

@@ -135,7 +135,8 @@ def run_json(run: StoredRun) -> dict[str, Any]:
     out = {**meta_json(run.meta, run.now), "graph": run.graph, "kind": "agent" if run.is_agent else "graph",
            "newest_version": run.newest, "pending_nodes": list(run.pending_nodes),
            "interrupts": [pending_json(p, run.now) for p in run.pending],
-           "project_root": str(run.project_root) if run.project_root is not None else None}
+           "project_root": str(run.project_root) if run.project_root is not None else None,
+           "cancelled_by": run.cancelled_by.plain() if run.cancelled_by is not None else None}
     if run.is_agent:
         out["messages"] = [message_json(m) for m in run.state.messages]
         out["decisions"] = plain(run.state.decisions)
@@ -147,6 +148,14 @@ def run_json(run: StoredRun) -> dict[str, Any]:
 
 
 # --- the page of `show` -------------------------------------------------------------------------------------
+
+def cancelled_text(by: Any) -> str | None:
+    """Who cancelled the run, where it stopped and when they asked (None when no person's cancel stopped it)."""
+    if by is None:
+        return None
+    where = {"now": "where it was", "after_step": "after a step"}.get(by.when, f"after {by.when[len('after:'):]}")
+    return f"cancelled by {clip(by.by, 80) or 'an unnamed caller'}, {where} (asked {clock(by.at)})"
+
 
 def show_run(run: StoredRun, console: Console, *, hint: str) -> None:
     """Print a decoded version for a person. `hint` is the `waypoint runs ... ` prefix for suggestions."""
@@ -163,6 +172,7 @@ def show_run(run: StoredRun, console: Console, *, hint: str) -> None:
               ("root", root_text(run)),
               ("lease", lease_text(meta, run.now)),
               ("error", meta.error and clip(" ".join(meta.error.split()), TEXT_LIMIT)),
+              ("stopped", cancelled_text(run.cancelled_by)),
               ("origin", meta.origin and f"{meta.origin} " + ("(its state edited from that version)"
                                                                if " update_state" in meta.origin else
                                                                "(forked or resumed from that version)"))]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..compose import run_sync
+from ..keep import AGENT_POINTS
 from ..errors import GraphInterrupted, WaypointError
 from ..events import Event
 from ..models.schema import Message, as_messages, concat_messages
@@ -147,10 +148,6 @@ class AgentEvent:
         return self.action.pending if self.action is not None else []
 
 
-_CANCEL_AT = {"now": "now", "after_tool_calls": "after:tools", "after_model_call": "after:model"}
-"""`Runner.cancel`'s points, as the agent's graph names them (engine/agents/chat_agent.py)."""
-
-
 class Runner:
     """Runs `agent` (a `ChatModelAgent`, or a workflow agent) on `store` (None: nothing recorded, nothing
     resumable); `streaming=True` streams
@@ -264,9 +261,9 @@ class Runner:
         flight is kept; none of its tool calls starts). Agents nested in it, as tools or in a workflow, stop at the
         same point. The run is stored cancelled with who asked (`by`) and continues when resumed or given new
         messages. Returns the `CancelRequest`; `NotRunning` when nothing executes the run (`CompiledGraph.cancel`)."""
-        if when not in _CANCEL_AT:
-            raise WaypointError(f"run '{checkpoint_id}': cancel when={when!r} must be one of {', '.join(_CANCEL_AT)}")
-        return await self.app.cancel(checkpoint_id, when=_CANCEL_AT[when], by=by)
+        if when not in AGENT_POINTS:
+            raise WaypointError(f"run '{checkpoint_id}': cancel when={when!r} must be one of {', '.join(AGENT_POINTS)}")
+        return await self.app.cancel(checkpoint_id, when=AGENT_POINTS[when], by=by)
 
     # --- sync helpers ---------------------------------------------------------------------------------
 

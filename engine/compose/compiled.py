@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import CheckpointNotFound, GraphInterrupted, WaypointError
 from ..events import Emitter, Event
-from ..keep import Checkpointer, RunOptions, request_cancel, run_graph, update_state
+from ..keep import Checkpointer, RunOptions, cancel_point, request_cancel, run_graph, update_state
 from ..run import (
     InterruptInfo,
     Pending,
@@ -245,11 +245,7 @@ class CompiledGraph:
         executes the run now, `CheckpointNotFound` for an unknown run."""
         if self.store is None:
             raise WaypointError(f"graph '{self.name}': cancel() stops a stored run; compile the graph with a store")
-        node = when[len("after:"):] if isinstance(when, str) and when.startswith("after:") else None
-        if node is not None and node not in _node_names(self.shape):
-            raise WaypointError(f"run '{checkpoint_id}': cancel when={when!r} names no node of graph '{self.name}' or "
-                                f"of a graph nested in it (its nodes: {', '.join(sorted(self.shape.nodes))}); a cancel "
-                                "that names no node would never stop the run")
+        when = cancel_point(checkpoint_id, when, self.structure)
         return await request_cancel(self.store, checkpoint_id, when=when, by=by)
 
     def with_store(self, store: Any, *, durability: str | None = None) -> CompiledGraph:
@@ -268,15 +264,6 @@ class CompiledGraph:
         shape = self.shape
         return render({k: n.subgraph is not None for k, n in shape.nodes.items()}, shape.edges,
                       ((b.source, b.ends) for b in shape.branches))
-
-
-def _node_names(shape: GraphShape) -> set[str]:
-    """The nodes of `shape` and of the subgraphs nested in it."""
-    names = set(shape.nodes)
-    for node in shape.nodes.values():
-        if node.subgraph is not None:
-            names |= _node_names(getattr(node.subgraph, "shape", node.subgraph))
-    return names
 
 
 EVENT_BUFFER = 1000

@@ -4,7 +4,7 @@ a run's life against a store — claim, steps, pause, end (`lifecycle`), its lea
 the processes that own runs (`lease`, `owners`), recovery of runs nobody resumes (`recovery`), edits of a
 stored run (`state_update`), a process stopping (`shutdown`) and a person's cancel (`cancel`)."""
 
-from .cancel import request_cancel
+from .cancel import AGENT_POINTS, cancel_point, request_cancel
 from .checkpoint import Checkpointer, fingerprint
 from .lifecycle import RunOptions, run_graph
 from .recovery import Recovered, recover
@@ -14,5 +14,5 @@ from .store import Checkpoint, CheckpointMeta, CheckPointStore
 
 __all__ = [
     "CheckPointStore", "Checkpoint", "CheckpointMeta", "Checkpointer", "Recovered", "RunOptions", "Shutdown",
-    "fingerprint", "recover", "request_cancel", "run_graph", "update_state"
+    "AGENT_POINTS", "cancel_point", "fingerprint", "recover", "request_cancel", "run_graph", "update_state"
 ]

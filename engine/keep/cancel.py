@@ -31,17 +31,44 @@ from typing import Any
 from ..errors import RunCancelled, WaypointError
 from .store import CANCEL_WHEN, CancelRequest
 
-__all__ = ["POLL", "request_cancel", "safe_point", "cancelled", "default_by"]
+__all__ = ["POLL", "AGENT_POINTS", "request_cancel", "cancel_point", "safe_point", "cancelled", "default_by"]
 
 POLL = 0.5
 """Seconds between two looks of a process for cancel requests of the runs it executes."""
 
+AGENT_POINTS = {"now": "now", "after_tool_calls": "after:tools", "after_model_call": "after:model"}
+"""An agent's points (`Runner.cancel`), as its graph names them (engine/agents/chat_agent.py)."""
+
+
+def cancel_point(checkpoint_id: str, when: Any, structure: dict[str, Any], *, agent: bool = False) -> str:
+    """The `when` to record for a point a caller named — an agent's names mapped (with `agent`) — checked against the
+    graph's stored `structure`: a point that names no node of it (or of a graph nested in it) would never stop the
+    run, so it is refused."""
+    if agent and when in AGENT_POINTS:
+        when = AGENT_POINTS[when]
+    node = when[len("after:"):] if isinstance(when, str) and when.startswith("after:") else None
+    if node is None and when not in CANCEL_WHEN:
+        points = [*AGENT_POINTS, "after_step"] if agent else [*CANCEL_WHEN]
+        raise WaypointError(f"run '{checkpoint_id}': cancel when={str(when)[:80]!r} must be one of {', '.join(points)} "
+                            "or 'after:<node>'")
+    if node is not None and node not in _nodes(structure):
+        raise WaypointError(f"run '{checkpoint_id}': cancel when={when[:80]!r} names no node of graph "
+                            f"'{structure.get('name')}' or of a graph nested in it (its nodes: "
+                            f"{', '.join(sorted(_nodes(structure)))[:300]}); a cancel that names no node would never "
+                            "stop the run")
+    return when
+
+
+def _nodes(structure: Any) -> set[str]:
+    nodes = structure.get("nodes") if isinstance(structure, dict) else None
+    if not isinstance(nodes, dict):
+        return set()
+    return {k for k in nodes if isinstance(k, str)} | {n for sub in nodes.values() for n in _nodes(sub)}
+
 
 async def request_cancel(store: Any, checkpoint_id: str, *, when: str = "now", by: str | None = None) -> CancelRequest:
-    """Record a cancel request for `checkpoint_id` in `store` (see above); `NotRunning` when nothing runs it."""
-    if when not in CANCEL_WHEN and not (isinstance(when, str) and when.startswith("after:") and len(when) > 6):
-        raise WaypointError(f"run '{checkpoint_id}': cancel when={when!r} must be 'now', 'after_step' or "
-                            "'after:<node>' (a node of the graph or of a graph nested in it)")
+    """Record a cancel request for `checkpoint_id` in `store` (see above; `when` as `cancel_point` gives it);
+    `NotRunning` when nothing runs it."""
     if getattr(store, "request_cancel", None) is None:
         raise WaypointError(f"run '{checkpoint_id}': its store ({type(store).__name__}) keeps no cancel requests, so "
                             "a run another process executes cannot be told to stop; use MemoryStore, SQLiteStore or "

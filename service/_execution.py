@@ -219,8 +219,12 @@ class Executor:
                     ex.log.append("token", {"text": chunk.content, "run_path": path})
         message = await out.get_message()
         if out.role != "assistant":
-            ex.log.append("tool_result", {"call_id": message.tool_call_id, "name": out.tool_name or message.name,
-                                          "content": message.content, "run_path": path})
+            result = {"call_id": message.tool_call_id, "name": out.tool_name or message.name,
+                      "content": message.content, "run_path": path}
+            position = getattr(getattr(out.stream, "opened_by", None), "index", None)  # the engine's ToolEvent
+            if isinstance(position, int):  # which call of its message: the model's IDs may repeat
+                result["position"] = position
+            ex.log.append("tool_result", result)
             return
         ex.log.append("message", {**message_view(message), "run_path": path})
         for call in message.tool_calls:

@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-from ._agui_events import AguiRun, CallIds, run_name
+from ._agui_events import AguiRun, Batch, CallIds, run_name
 from ._agui_input import AguiInput, answers_of, new_input
 from ._events import EventLog
 from ._launch import claim_of, launch_resume, launch_start
@@ -166,11 +166,9 @@ async def follow_as_agui(state: ServiceState, checkpoint_id: str, log: EventLog)
     run: AguiRun | None = AguiRun(checkpoint_id, f"{checkpoint_id}@{version}", run_name(created_at, version))
     for event in run.started({"checkpointId": checkpoint_id, "version": version, "snapshot": True}):
         yield _data(event)
-    yield _data(_snapshot(view, run.name))
-    if view["status"] != "running":
-        run.feed("interrupt", {"interrupts": view.get("interrupts") or []})
-        for event in run.feed("end", {"status": view["status"], "version": version, "error": view.get("error")}):
-            yield _data(event)
+    for event in _stored(ids, checkpoint_id, view, run):
+        yield _data(event)
+    if run.finished:
         run = None
     async for item in _follow(log, position):
         if item is None:
@@ -197,26 +195,58 @@ async def follow_as_agui(state: ServiceState, checkpoint_id: str, log: EventLog)
             run = None
 
 
-def _snapshot(view: dict[str, Any], name: str) -> dict[str, Any]:
-    """The stored conversation (an agent) or state (a graph), with IDs minted from its positions."""
+def _stored(ids: CallIds, checkpoint_id: str, view: dict[str, Any], run: AguiRun) -> list[dict[str, Any]]:
+    """The stored run's snapshot in `run`, and its end unless it is running. Its last calls get the IDs an AG-UI
+    stream showed them under, or new ones every later reader (and the resume) then uses."""
+    key = (checkpoint_id, view["created_at"], view["version"])
+    known = ids.get(key)
+    path = next((tuple(p.get("run_path") or ()) for p in view.get("interrupts") or ()), None) \
+        or next(iter(known), None) or (str(view.get("graph")),)
+    snapshot, batch = _snapshot(view, run.name, known.get(path))
+    if batch is not None:
+        run.batches[path] = batch
+        if view["status"] == "interrupted" and not known:
+            ids.put(key, {path: batch})
+    if view["status"] == "running":
+        return [snapshot]
+    run.feed("interrupt", {"interrupts": view.get("interrupts") or []})
+    return [snapshot, *run.feed("end", {"status": view["status"], "version": view["version"],
+                                        "error": view.get("error")})]
+
+
+def _snapshot(view: dict[str, Any], name: str, known: Batch | None) -> tuple[dict[str, Any], Batch | None]:
+    """The stored conversation (an agent) or state (a graph), with IDs minted from its positions — the last
+    assistant message's calls under the IDs a stream showed them under (`known`), if one did — and those calls."""
     if view.get("messages") is None:
         state = view.get("state")
-        return {"type": "STATE_SNAPSHOT", "snapshot": state if isinstance(state, dict) else {"value": state}}
+        return {"type": "STATE_SNAPSHOT", "snapshot": state if isinstance(state, dict) else {"value": state}}, None
     out: list[dict[str, Any]] = []
-    calls: list[tuple[Any, str]] = []  # the last assistant message's calls not answered yet: (model ID, ours)
+    batch: Batch | None = None
+    calls: list[tuple[Any, int]] = []  # the last assistant message's calls not answered yet: (model ID, position)
     for i, m in enumerate(view["messages"]):
         mid, role = f"{name}.s{i}", m.get("role")
         content = m.get("content") if isinstance(m.get("content"), str) else ""
-        if role == "tool":  # paired with its call in order, by the model's ID (which may repeat)
-            at = next((k for k, (model_id, _) in enumerate(calls) if model_id == m.get("tool_call_id")), 0 if calls else None)
-            call_id = calls.pop(at)[1] if at is not None else f"{mid}.c"
-            out.append({"id": mid, "role": "tool", "content": content, "toolCallId": call_id})
+        if role == "tool" and batch is not None and calls:  # paired in order, by the model's ID (which may repeat)
+            at = next((j for j, (model_id, _) in enumerate(calls) if model_id == m.get("tool_call_id")), 0)
+            position = calls.pop(at)[1]
+            batch.answered.add(position)
+            out.append({"id": mid, "role": "tool", "content": content, "toolCallId": batch.ids[position]})
         elif role == "assistant":
-            shown = [{"id": f"{mid}.c{k}", "type": "function",
+            made = [c for c in m.get("tool_calls") or () if isinstance(c, dict)]
+            ids = known.ids if known is not None and len(known.ids) == len(made) and i == _last_calls(view) \
+                else [f"{mid}.c{k}" for k in range(len(made))]
+            shown = [{"id": call_id, "type": "function",
                       "function": {"name": str(c.get("name") or ""), "arguments": c.get("arguments_json") or ""}}
-                     for k, c in enumerate(m.get("tool_calls") or ())]
-            calls = [(c.get("id"), s["id"]) for c, s in zip(m.get("tool_calls") or (), shown)]
+                     for call_id, c in zip(ids, made)]
+            batch = Batch(list(ids), [c.get("id") for c in made]) if made else None
+            calls = [(c.get("id"), k) for k, c in enumerate(made)]
             out.append({"id": mid, "role": "assistant", "content": content, **({"toolCalls": shown} if shown else {})})
         elif role in ("user", "system"):
             out.append({"id": mid, "role": role, "content": content})
-    return {"type": "MESSAGES_SNAPSHOT", "messages": out}
+    return {"type": "MESSAGES_SNAPSHOT", "messages": out}, batch
+
+
+def _last_calls(view: dict[str, Any]) -> int:
+    """The position of the last assistant message with tool calls in the stored conversation (-1: none)."""
+    return max((i for i, m in enumerate(view["messages"]) if m.get("role") == "assistant" and m.get("tool_calls")),
+               default=-1)

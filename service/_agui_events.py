@@ -86,6 +86,7 @@ class AguiRun:
         self.counter = 0
         self.open_text: tuple[str, tuple[str, ...]] | None = None  # (message ID, run_path)
         self.last_text: dict[tuple[str, ...], str] = {}
+        self.last_message: dict[tuple[str, ...], tuple[str, Batch | None, list[tuple[str, Any]]]] = {}
         self.steps: list[str] = []
         self.pending: list[dict[str, Any]] = []
         self.error: dict[str, Any] | None = None
@@ -156,21 +157,36 @@ class AguiRun:
 
     def _message(self, data: dict[str, Any], path: tuple[str, ...]) -> list[dict[str, Any]]:
         """The assistant's whole message: ends its streamed text (or shows it whole, when no token came: a run
-        followed from the store), then opens and closes each of its calls."""
-        self.last_text.pop(path, None)
+        followed from the store), then opens and closes each of its calls. A restated message (what was stored
+        differs from what streamed) keeps the calls it did not change under their IDs."""
+        before = self.last_message.pop(path, None) if data.get("restated") else None
         streamed = self.open_text is not None and self.open_text[1] == path
         out = self._close_text()
-        content = data.get("content")
-        if not streamed and isinstance(content, str) and content:
+        content = data.get("content") if isinstance(data.get("content"), str) else ""
+        if not streamed and content and (before is None or content != before[0]):
+            self.last_text.pop(path, None)
             out += self._token(content, path) + self._close_text()
-        parent = self.last_text.get(path)
+        elif not streamed and before is None:
+            self.last_text.pop(path, None)
         calls = [c for c in data.get("tool_calls") or () if isinstance(c, dict)]
+        shown = [(str(c.get("name") or ""), c.get("arguments_json")) for c in calls]
+        old = before[1] if before is not None else None
+        ids: list[str] = []
+        for k, (call, what) in enumerate(zip(calls, shown)):
+            if old is not None and k < len(old.ids) and before is not None and before[2][k] == what:
+                ids.append(old.ids[k])  # the same call, stored under another model ID
+                continue
+            ids.append(self._mint("c"))
+            out += self._call(ids[-1], what[0], what[1], self.last_text.get(path), path, call.get("id"))
+        if old is not None:  # a call shown before that the stored message no longer holds as it was
+            for k, call_id in enumerate(old.ids):
+                if call_id not in ids:
+                    out.append({"type": "TOOL_CALL_RESULT", "messageId": self._mint("r"), "toolCallId": call_id,
+                                "role": "tool", "content": "[not run: the agent stored this call otherwise; see "
+                                "the call shown after it]"})
         if calls:
-            batch = Batch([self._mint("c") for _ in calls], [c.get("id") for c in calls])
-            self.batches[path] = batch
-            for call_id, call in zip(batch.ids, calls):
-                out += self._call(call_id, str(call.get("name") or ""), call.get("arguments_json"), parent, path,
-                                  call.get("id"))
+            self.batches[path] = Batch(ids, [c.get("id") for c in calls])
+        self.last_message[path] = (content, self.batches.get(path) if calls else None, shown)
         return out
 
     def _call(self, call_id: str, name: str, arguments: Any, parent: str | None, path: tuple[str, ...],

@@ -77,7 +77,8 @@ async def _start(state: ServiceState, target: Any, body: AguiInput) -> Any:
             return await conflict(state, head[0], f"thread '{cid}' waits on {', '.join(waiting)}: answer them in "
                                   "`resume` (one entry per interrupt: status \"resolved\" with payload {\"approved\": "
                                   "true} or {\"approved\": false}, or status \"cancelled\")", pending=waiting)
-        force = head[0].status == "interrupted" and head[0].error == "cancelled"  # a stopped turn: the user goes on
+        # a stopped or failed turn that waits on nobody: the user's new message goes on from it (it is abandoned)
+        force = head[0].status == "failed" or (head[0].status == "interrupted" and head[0].error == "cancelled")
     data = new_input(body, continuing=bool(head))
     if isinstance(data, SafeJSONResponse):
         return data
@@ -115,7 +116,11 @@ async def _resume(state: ServiceState, body: AguiInput) -> Any:
 async def _run_body(state: ServiceState, ex: Any, body: AguiInput, batches: Any) -> AsyncIterator[bytes]:
     """The AG-UI events of one start or resume, from its claim to its end; the stream then ends."""
     version = ex.claimed.result().version
-    run = AguiRun(body.thread_id, body.run_id, run_name(getattr(ex, "created_at", None), version), batches=batches)
+    created_at = getattr(ex, "created_at", None)
+    if created_at is None:  # a worker's claim (the run queue): the run's, as stored
+        head = await state.store.history(ex.checkpoint_id, limit=1)
+        created_at = head[0].created_at if head else None
+    run = AguiRun(body.thread_id, body.run_id, run_name(created_at, version), batches=batches)
     for event in run.started({"checkpointId": ex.checkpoint_id, "version": version, "how": ex.how,
                               "graph": ex.target.name}):
         yield _data(event)
@@ -126,7 +131,7 @@ async def _run_body(state: ServiceState, ex: Any, body: AguiInput, batches: Any)
             yield b": keep-alive\n\n"
             continue
         events = run.gap() if isinstance(item, int) else run.feed(item.kind, item.data)
-        _remember(state.agui_calls, run, ex.checkpoint_id, getattr(ex, "created_at", None), item)
+        _remember(state.agui_calls, run, ex.checkpoint_id, created_at, item)
         for event in events:
             yield _data(event)
         if run.finished:

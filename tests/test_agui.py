@@ -279,9 +279,12 @@ def test_a_continuing_thread_takes_only_the_users_new_messages_never_the_clients
 
 
 def test_a_run_that_fails_ends_its_stream_with_run_error(tmp_path, chat_server):
-    chat_server.push(Reply.failure(400, "the model refuses this request", type="invalid_request_error"))
+    chat_server.push(Reply.failure(400, "the model refuses this request", type="invalid_request_error"),
+                     Reply("Hello again."))
     app = create_app(_openai_agent(chat_server, []), SQLiteStore(tmp_path / "runs.db"), auth=TOKEN)
     with Served(app) as s, s.client(TOKEN) as c:
         check = _post(c, "desk", _turn("t-fail", "r1", "hello"))
-    assert types(check) == ["RUN_STARTED", "RUN_ERROR"]
-    assert "t-fail" in check.events[-1]["message"] and "refuses" in check.events[-1]["message"]
+        assert types(check) == ["RUN_STARTED", "RUN_ERROR"]
+        assert "t-fail" in check.events[-1]["message"] and "refuses" in check.events[-1]["message"]
+        after = _post(c, "desk", _turn("t-fail", "r2", "hello?"))  # the user's next message is the next turn
+    assert after.events[-1]["outcome"] == {"type": "success"}

@@ -288,3 +288,47 @@ def test_a_run_that_fails_ends_its_stream_with_run_error(tmp_path, chat_server):
         assert "t-fail" in check.events[-1]["message"] and "refuses" in check.events[-1]["message"]
         after = _post(c, "desk", _turn("t-fail", "r2", "hello?"))  # the user's next message is the next turn
     assert after.events[-1]["outcome"] == {"type": "success"}
+
+
+def test_a_run_a_worker_executes_streams_as_agui_and_its_approval_runs_once(tmp_path):
+    """`waypoint serve --queue` and a `waypoint worker` on one SQLite file: the AG-UI stream of a turn the worker
+    executes comes from the store (whole messages, no tokens), hostile arguments included, and the yes given
+    through `resume` is queued, claimed by the worker and runs the tool once."""
+    import os
+    import sqlite3
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from service_support import PROCS, ServeProcess, raw_input, wait_until
+
+    (tmp_path / "desk").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(PROCS), "SERVICE_TOOL_LOG": str(tmp_path / "ran.txt"),
+           "SERVICE_GATE": str(tmp_path / "gate"), "DESK_DIR": str(tmp_path / "desk")}
+    db = tmp_path / "runs.db"
+    worker = subprocess.Popen([sys.executable, "-m", "waypoint.cmd.main", "worker", "--db", str(db), "--graphs",
+                               "desk_agent:raw", "--poll", "0.2", "--drain", "5"], cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def registered() -> bool:
+            try:
+                with sqlite3.connect(db) as conn:
+                    return conn.execute("SELECT COUNT(*) FROM waypoint_workers WHERE graph = 'raw'").fetchone()[0] == 1
+            except sqlite3.Error:
+                return False
+
+        wait_until(registered, 60, "the worker")
+        evil = '{"command": "ls \\u202e \\ud800"}'
+        with ServeProcess(tmp_path, agents="service_agent:raw", args=("--queue",)) as s, s.client() as c:
+            paused = _post(c, "raw", _turn("t-worker", "r1", raw_input(("execute", evil))))
+            [interrupt] = _interrupts(paused)
+            assert [paused.args[k] for k in paused.started_calls] == [evil]
+            assert interrupt["toolCallId"] == paused.started_calls[0]
+            done = _post(c, "raw", _turn("t-worker", "r2", resume=[_yes(interrupt)]), known=set(paused.started_calls))
+            result = next(e for e in done.events if e["type"] == "TOOL_CALL_RESULT")
+            assert result["toolCallId"] == interrupt["toolCallId"]
+            assert done.events[-1]["outcome"] == {"type": "success"}
+        assert len(Path(tmp_path / "ran.txt").read_text(errors="replace").splitlines()) == 1  # once
+    finally:
+        worker.kill()
+        worker.communicate(timeout=10)

@@ -138,7 +138,8 @@ async def _run_body(state: ServiceState, ex: Any, body: AguiInput, batches: Any)
             return
     if not run.finished:  # the service is shutting down: the run goes on elsewhere, this stream cannot
         yield _data({"type": "RUN_ERROR", "message": f"the service stopped while thread '{body.thread_id}' ran; "
-                     "it continues elsewhere: follow it with GET /runs/{id}/events", "code": "unavailable"})
+                     f"it continues elsewhere: follow it with GET /runs/{body.thread_id}/events?format=ag-ui",
+                     "code": "unavailable"})
 
 
 def _remember(ids: CallIds, run: AguiRun, cid: str, created_at: Any, item: Any) -> None:

@@ -255,6 +255,9 @@ class _Api:
                 await self.state.watcher.look(checkpoint_id)
             head = await self.store.history(checkpoint_id, limit=1)
             queued = self.state.watcher.expected.get(checkpoint_id)
+            if not head and queued is not None and protocol == "ag-ui":
+                return problem(409, f"run '{checkpoint_id}' waits in the run queue for a worker: follow it as AG-UI "
+                               f"once a worker has claimed it (GET /runs/{checkpoint_id} says so), or follow its native events now")
             if not head and queued is not None:  # a start submitted here that no worker has claimed yet
                 async def waiting() -> dict[str, Any]:
                     return {"checkpoint_id": checkpoint_id, "status": "queued",

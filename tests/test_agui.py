@@ -332,3 +332,32 @@ def test_a_run_a_worker_executes_streams_as_agui_and_its_approval_runs_once(tmp_
     finally:
         worker.kill()
         worker.communicate(timeout=10)
+
+
+def test_a_call_the_agent_stored_otherwise_is_shown_anew_and_its_approval_names_the_call_that_runs():
+    """The translator alone: the model streamed one call, the agent stored another (an `after_model` rewrite of
+    its arguments): the interrupt must name a call showing what will run, and the first gets a result saying it
+    did not run — so a yes is never given to arguments other than the ones shown."""
+    from waypoint.service._agui_events import AguiRun
+
+    run, check = AguiRun("t", "r", "n"), StreamCheck()
+    path = ["ops"]
+    shown = [*run.started({}),
+             *run.feed("message", {"content": "", "run_path": path, "tool_calls": [
+                 {"id": "c", "name": "execute", "arguments_json": '{"command": "ls"}'},
+                 {"id": "c", "name": "execute", "arguments_json": '{"command": "pwd"}'}]}),
+             *run.feed("message", {"content": "", "run_path": path, "restated": True, "tool_calls": [
+                 {"id": "c", "name": "execute", "arguments_json": '{"command": "rm -rf /"}'},
+                 {"id": "c_1", "name": "execute", "arguments_json": '{"command": "pwd"}'}]})]
+    run.feed("interrupt", {"interrupts": [
+        {"id": f"i{k}", "kind": "approval", "tool": "execute", "run_path": path,
+         "address": f"runnable:ops;node:tools;tool:execute:{cid}:{k}"} for k, cid in enumerate(["c", "c_1"])]})
+    shown += run.feed("end", {"status": "interrupted", "version": 4})
+    for event in shown:
+        check.feed(event)
+    first, second, rewritten = check.started_calls
+    assert [check.args[k] for k in check.started_calls] == ['{"command": "ls"}', '{"command": "pwd"}',
+                                                            '{"command": "rm -rf /"}']
+    [not_run] = [e for e in shown if e["type"] == "TOOL_CALL_RESULT"]
+    assert not_run["toolCallId"] == first and "not run" in not_run["content"]
+    assert [i["toolCallId"] for i in _interrupts(check)] == [rewritten, second]

@@ -54,7 +54,8 @@ def _interrupts(check: StreamCheck) -> list[dict]:
     return outcome["interrupts"]
 
 
-def _openai_agent(chat_server, ran: list[str], *, guarded: bool = False) -> ChatModelAgent:
+def _openai_agent(chat_server, ran: list[str], *, guarded: bool = False, expires_after: float | None = None
+                  ) -> ChatModelAgent:
     @tool
     def lookup(q: str) -> str:
         """Look something up."""
@@ -62,7 +63,7 @@ def _openai_agent(chat_server, ran: list[str], *, guarded: bool = False) -> Chat
         return f"found {len(q)} characters"
 
     model = OpenAIChatModel("m", base_url=chat_server.base_url, api_key="k", timeout=10.0)
-    middlewares = [ApprovalMiddleware(tools={"lookup"})] if guarded else []
+    middlewares = [ApprovalMiddleware(tools={"lookup"}, expires_after=expires_after)] if guarded else []
     return ChatModelAgent(name="desk", model=model, tools=[lookup], middlewares=middlewares)
 
 
@@ -361,3 +362,34 @@ def test_a_call_the_agent_stored_otherwise_is_shown_anew_and_its_approval_names_
     [not_run] = [e for e in shown if e["type"] == "TOOL_CALL_RESULT"]
     assert not_run["toolCallId"] == first and "not run" in not_run["content"]
     assert [i["toolCallId"] for i in _interrupts(check)] == [rewritten, second]
+
+
+def test_an_approval_with_a_deadline_says_when_it_expires(tmp_path, chat_server):
+    import datetime
+
+    chat_server.push(Reply("", tool_calls=[("call_a", "lookup", '{"q": "soon"}')]))
+    ran: list[str] = []
+    app = create_app(_openai_agent(chat_server, ran, guarded=True, expires_after=600), SQLiteStore(tmp_path / "runs.db"), auth=TOKEN)
+    with Served(app) as s, s.client(TOKEN) as c:
+        [interrupt] = _interrupts(_post(c, "desk", _turn("t-late", "r1", "quick")))
+        deadline = c.get("/runs/t-late").json()["interrupts"][0]["deadline"]
+    expires = datetime.datetime.fromisoformat(interrupt["expiresAt"].replace("Z", "+00:00"))
+    assert abs(expires.timestamp() - deadline) < 0.001 and ran == []
+
+
+def test_a_run_followed_while_it_executes_is_one_open_run_that_ends_with_its_pause(tmp_path):
+    calls: list[str] = []
+    app = create_app(approval_agent(calls, delay=0.3), SQLiteStore(tmp_path / "runs.db"), auth=TOKEN)
+    with Served(app) as s, s.client(TOKEN) as c:
+        assert c.post("/runs", json={"input": "df", "checkpoint_id": "t-live"}).status_code == 201
+        with c.stream("GET", "/runs/t-live/events?format=ag-ui") as r:
+            check = StreamCheck()
+            for raw in agui_events(r):
+                check.feed(raw)
+                if raw["type"] == "RUN_FINISHED":
+                    break
+        pending = c.get("/runs/t-live").json()["interrupts"]
+    assert types(check)[:2] == ["RUN_STARTED", "MESSAGES_SNAPSHOT"]
+    assert [i["id"] for i in _interrupts(check)] == [p["id"] for p in pending]
+    assert sum(e["type"] == "RUN_STARTED" for e in check.events) == 1  # the snapshot and what followed: one run
+    assert "TOOL_CALL_START" in types(check) and calls == []

@@ -296,12 +296,11 @@ def test_a_run_a_worker_executes_streams_as_agui_and_its_approval_runs_once(tmp_
     executes comes from the store (whole messages, no tokens), hostile arguments included, and the yes given
     through `resume` is queued, claimed by the worker and runs the tool once."""
     import os
-    import sqlite3
     import subprocess
     import sys
     from pathlib import Path
 
-    from service_support import PROCS, ServeProcess, raw_input, wait_until
+    from service_support import PROCS, ServeProcess, raw_input, wait_for_worker
 
     (tmp_path / "desk").mkdir()
     env = {**os.environ, "PYTHONPATH": str(PROCS), "SERVICE_TOOL_LOG": str(tmp_path / "ran.txt"),
@@ -311,14 +310,7 @@ def test_a_run_a_worker_executes_streams_as_agui_and_its_approval_runs_once(tmp_
                                "desk_agent:raw", "--poll", "0.2", "--drain", "5"], cwd=tmp_path, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        def registered() -> bool:
-            try:
-                with sqlite3.connect(db) as conn:
-                    return conn.execute("SELECT COUNT(*) FROM waypoint_workers WHERE graph = 'raw'").fetchone()[0] == 1
-            except sqlite3.Error:
-                return False
-
-        wait_until(registered, 60, "the worker")
+        wait_for_worker(db, "raw")
         evil = '{"command": "ls \\u202e \\ud800"}'
         with ServeProcess(tmp_path, agents="service_agent:raw", args=("--queue",)) as s, s.client() as c:
             paused = _post(c, "raw", _turn("t-worker", "r1", raw_input(("execute", evil))))

@@ -15,11 +15,13 @@ from pydantic import TypeAdapter, ValidationError
 from waypoint.engine import CheckpointConflict, Message
 from waypoint.engine.keep.store import store_clock
 
+from ._agui import AguiApi, follow_as_agui
 from ._events import LogEvent, stream
 from ._execution import Execution
 from ._cancel import cancel_run
 from ._guard import guarded_route
 from ._paging import HISTORY_PAGE, MAX_VERSION, decode_cursor, encode_cursor, history_page
+from ._launch import claim_of, launch_resume, launch_start
 from ._queued import Submission
 from ._refusals import Attempt, conflict, missing, refused
 from ._responses import SafeJSONResponse, invalid, problem
@@ -101,6 +103,9 @@ def build_api_router(state: ServiceState) -> APIRouter:
          {**events, "responses": {**events["responses"], **_as_json(_NOT_FOUND)}}),
         ("GET", "/approvals", api.approvals, "read", {"tags": ["events"], "response_model": Approvals}),
         ("GET", "/events", api.service_events, "read", events),
+        ("POST", "/agui/{agent}", AguiApi(state).run_agent, "read",
+         {**events, "tags": ["ag-ui"],
+          "responses": {**events["responses"], **_as_json({**_NOT_FOUND, **_CONFLICT, **_INVALID})}}),
     ]
     for method, path, endpoint, scope, extra in routes:
         if extra.get("response_class") is not EventStream:
@@ -117,11 +122,9 @@ class _Api:
         self.state, self.store, self.executor = state, state.store, state.executor
 
     async def _answer(self, ex: Execution | Submission, attempt: Attempt, wait: bool, code: int) -> Any:
-        # shielded: a request given up (client gone, server stopping) must not cancel the futures the
-        # execution resolves and announces its start and end by
-        outcome = await asyncio.shield(ex.claimed)
-        if outcome.error is not None or (outcome.version is None and outcome.status != "queued"):
-            return await refused(self.state, attempt, outcome.error)
+        outcome = await claim_of(self.state, ex, attempt)
+        if isinstance(outcome, SafeJSONResponse):
+            return outcome
         if not wait:
             return SafeJSONResponse({"checkpoint_id": ex.checkpoint_id, "graph": ex.target.name,
                                      "status": outcome.status, "version": outcome.version,
@@ -164,15 +167,7 @@ class _Api:
             except ValidationError:
                 return invalid(["body", "input"], "an agent's input is text or a list of {role, content} messages")
         cid = body.checkpoint_id or uuid.uuid4().hex
-        head = await self.store.history(cid, limit=1)
-        attempt = Attempt(checkpoint_id=cid, how="start", seen=head[0].version if head else None)
-        self.state.watcher.ensure()
-        ex: Execution | Submission
-        if self.state.dispatcher is not None:
-            ex = await self.state.dispatcher.start(target, cid, data, force_new_run=body.force_new_run,
-                                                   head=head[0] if head else None)
-        else:
-            ex = self.executor.launch(target, cid, "start", input=data, force_new_run=body.force_new_run)
+        ex, attempt = await launch_start(self.state, target, cid, data, force_new_run=body.force_new_run)
         return await self._answer(ex, attempt, body.wait, 201)
 
     async def list_runs(self, status: Literal["running", "interrupted", "completed", "failed"] | None = None,
@@ -222,18 +217,7 @@ class _Api:
         prepared = await prepare_resume(self.state, checkpoint_id, body)
         if not isinstance(prepared, Prepared):
             return prepared
-        attempt = Attempt(checkpoint_id=checkpoint_id, how="resume", seen=prepared.seen.version, takeover=body.takeover)
-        self.state.watcher.ensure()
-        ex: Execution | Submission
-        if self.state.dispatcher is not None:
-            answers = prepared.resume
-            if answers is None and prepared.target.kind == "agent" and await self.state.pending(prepared.seen):
-                answers = True  # as the agent's Runner resumes: every pending pause, with no data
-            ex = await self.state.dispatcher.resume(prepared.target, checkpoint_id, answers, seen=prepared.seen)
-        else:
-            ex = self.executor.launch(prepared.target, checkpoint_id, "resume", resume=prepared.resume,
-                                      takeover=body.takeover, expected_version=prepared.seen.version,
-                                      created_at=prepared.seen.created_at)
+        ex, attempt = await launch_resume(self.state, checkpoint_id, prepared, takeover=body.takeover)
         return await self._answer(ex, attempt, body.wait, 200)
 
     async def cancel_run(self, checkpoint_id: str, body: CancelRun) -> Any:
@@ -270,7 +254,9 @@ class _Api:
     async def run_events(self, checkpoint_id: str, last_event_id: str | None = Header(None, alias="Last-Event-ID"),
                          after: str | None = Query(None, max_length=64,
                                                    description="like Last-Event-ID, for clients that cannot set "
-                                                               "headers (anything but one of our IDs: a snapshot)")
+                                                               "headers (anything but one of our IDs: a snapshot)"),
+                         protocol: Literal["waypoint", "ag-ui"] = Query("waypoint", alias="format", description="`ag-ui`: the run as "
+                                                                      "AG-UI events (docs/service.md, \"AG-UI\")"),
                          ) -> Any:
         """The run's events as Server-Sent Events: a `snapshot` first (unless `Last-Event-ID` names an event
         still in the log: then what followed it), then live events as they happen."""
@@ -283,6 +269,9 @@ class _Api:
                 await self.state.watcher.look(checkpoint_id)
             head = await self.store.history(checkpoint_id, limit=1)
             queued = self.state.watcher.expected.get(checkpoint_id)
+            if not head and queued is not None and protocol == "ag-ui":
+                return problem(409, f"run '{checkpoint_id}' waits in the run queue for a worker: follow it as AG-UI "
+                               f"once a worker has claimed it (GET /runs/{checkpoint_id} says so), or follow its native events now")
             if not head and queued is not None:  # a start submitted here that no worker has claimed yet
                 async def waiting() -> dict[str, Any]:
                     return {"checkpoint_id": checkpoint_id, "status": "queued",
@@ -303,6 +292,8 @@ class _Api:
             status = "deleted" if view.status_code == 404 else "unreadable"
             return {"checkpoint_id": checkpoint_id, "status": status, "detail": json.loads(view.body)["detail"]}
 
+        if protocol == "ag-ui":
+            return _sse_response(follow_as_agui(self.state, checkpoint_id, log))
         return _sse_response(stream(log, _event_id(last_event_id, after), snapshot))
 
     async def approvals(self, limit: int = Query(100, ge=1, le=500)) -> Any:

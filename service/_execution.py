@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from waypoint.engine import GraphInterrupted, Shutdown, WaypointError
+from waypoint.engine.agents.middleware import StoredMessage
 from waypoint.engine.codec.jsonable import tool_arguments
 
 from ._events import EventLog, Logs
@@ -213,16 +214,23 @@ class Executor:
         return None
 
     async def _output(self, ex: Execution, out: Any, path: list[str]) -> None:
-        if out.stream is not None and out.role == "assistant":
+        # what is stored differs from what streamed (call IDs the agent replaced, an after_model rewrite): its
+        # text is no new token, and its message restates the one before it
+        restated = isinstance(getattr(out.stream, "opened_by", None), StoredMessage)
+        if out.stream is not None and out.role == "assistant" and not restated:
             async for chunk in out.stream:  # live: each token as the model produces it
                 if chunk.content:
                     ex.log.append("token", {"text": chunk.content, "run_path": path})
         message = await out.get_message()
         if out.role != "assistant":
-            ex.log.append("tool_result", {"call_id": message.tool_call_id, "name": out.tool_name or message.name,
-                                          "content": message.content, "run_path": path})
+            result = {"call_id": message.tool_call_id, "name": out.tool_name or message.name,
+                      "content": message.content, "run_path": path}
+            position = getattr(getattr(out.stream, "opened_by", None), "index", None)  # the engine's ToolEvent
+            if isinstance(position, int):  # which call of its message: the model's IDs may repeat
+                result["position"] = position
+            ex.log.append("tool_result", result)
             return
-        ex.log.append("message", {**message_view(message), "run_path": path})
+        ex.log.append("message", {**message_view(message), "run_path": path, **({"restated": True} if restated else {})})
         for call in message.tool_calls:
             ex.log.append("tool_call", {"call_id": call.id, "name": call.name, "arguments": tool_arguments(call.arguments),
                                         "arguments_json": call.arguments, "run_path": path})

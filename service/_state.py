@@ -11,6 +11,7 @@ from typing import Any
 from waypoint.engine import CheckpointMeta, read_run
 from waypoint.engine.keep.store import store_clock
 
+from ._agui_events import CallIds
 from ._auth import Auth, Decide, Gate
 from ._events import Logs
 from ._execution import Executor
@@ -54,6 +55,8 @@ class ServiceState:
         self.executor = Executor(store, self.logs, self.watcher)
         self.queue = _queue(queue, store)
         self.dispatcher = Dispatcher(self.queue, self.logs, self.watcher) if self.queue is not None else None
+        self.agui_calls = CallIds()
+        """The IDs the AG-UI streams showed paused calls under (service/_agui_events.py)."""
         self.notifier: Any = None
         """The `Notifier` posting the served runs' events to webhooks (`create_app(webhooks=...)`), or None."""
         self._pending: OrderedDict[tuple[str, int, float, float], list[dict[str, Any]]] = OrderedDict()

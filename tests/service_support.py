@@ -115,6 +115,20 @@ def wait_until(condition: Any, timeout: float = 20.0, what: str = "condition") -
         time.sleep(0.02)
 
 
+def wait_for_worker(db: Path, graph: str, timeout: float = 60.0) -> None:
+    """Wait until one `waypoint worker` serving `graph` has registered in the SQLite file `db`."""
+    import sqlite3
+
+    def registered() -> bool:
+        try:
+            with sqlite3.connect(db) as conn:
+                return conn.execute("SELECT COUNT(*) FROM waypoint_workers WHERE graph = ?", (graph,)).fetchone()[0] == 1
+        except sqlite3.Error:
+            return False
+
+    wait_until(registered, timeout, f"a worker serving {graph}")
+
+
 def run_until(client: httpx.Client, cid: str, status: str, timeout: float = 20.0) -> dict:
     """GET the run until it has `status` and this service no longer executes it."""
     def reached() -> dict | None:

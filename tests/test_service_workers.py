@@ -383,10 +383,9 @@ def test_a_run_a_worker_executes_on_sqlite_reaches_the_services_streams_by_polli
 def test_a_models_hostile_text_from_a_worker_reaches_the_streams_escaped_and_breaks_nothing(tmp_path, procs):
     """A service with a queue on a SQLite file and a worker on it: the model's lone surrogate and bidi control
     reach the run's stream and the page's from the store, exactly and escaped; other runs are unaffected."""
-    import sqlite3
     from urllib.parse import quote
 
-    from service_support import raw_input
+    from service_support import raw_input, wait_for_worker
 
     desk, db = tmp_path / "desk", tmp_path / "runs.db"
     desk.mkdir()
@@ -394,14 +393,7 @@ def test_a_models_hostile_text_from_a_worker_reaches_the_streams_escaped_and_bre
                           env={"SERVICE_TOOL_LOG": str(tmp_path / "ran.txt"), "SERVICE_GATE": str(tmp_path / "gate")})
     procs.append(worker)
 
-    def registered() -> bool:
-        try:
-            with sqlite3.connect(db) as conn:
-                return conn.execute("SELECT COUNT(*) FROM waypoint_workers WHERE graph = 'raw'").fetchone()[0] == 1
-        except sqlite3.Error:
-            return False
-
-    wait_until(registered, 60, "the worker")
+    wait_for_worker(db, "raw")
     surrogate, bidi = '{"command": "ls \\ud800"}', '{"command": "echo hi \\u202e#"}'
     cid = "evil\u202e-1"
     with ServeProcess(tmp_path, agents="service_agent:raw", args=("--queue",)) as s, s.client() as c:

@@ -234,7 +234,9 @@ class Watcher:
                         type(err).__name__, err)
             return
         if run_log.relay_floor is None:
-            run_log.relay_floor, run_log.relayed = head.version, max(run_log.relayed or 0, newest or 0)
+            run_log.relay_floor = head.version
+            if newest is not None:  # (IDs stay plain numbers until a relayed event is given: older clients)
+                run_log.relayed = max(run_log.relayed or 0, newest)
 
     async def _relayed_rows(self, cid: str, created_at: float, after: int, *, gap_ok: bool = True
                             ) -> list[tuple[int, int, str, Any]] | None:

@@ -224,6 +224,8 @@ class Watcher:
         """A reader is about to read `run_log` (of run `head`, its newest version), which relays nothing yet: it
         relays what is relayed from now on (a reader that comes back from another service gets what it missed
         before from the store: `relayed`)."""
+        if self._wake is not None:  # a reader now: the loop looks for its tokens at the relay's pace
+            self._wake.set()
         if run_log.relay_floor is not None or not hasattr(self.store, "read_events"):
             return
         try:

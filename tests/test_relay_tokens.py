@@ -6,7 +6,6 @@ fencing on who holds the run, trimming."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 import subprocess
@@ -190,3 +189,74 @@ async def test_relayed_events_are_numbered_fenced_on_the_holder_and_trimmed(stor
         assert other == []
         with pytest.raises(ValueError):
             await store.append_events("r", [("token", "x" * (70 * 1024))], incarnation=inc, base=1, holder=owner)
+
+
+# --- the relay in the executing process --------------------------------------------------------------------
+
+
+class _Words:
+    """Streams "a ", "b ", "c " (one model call, no tools)."""
+
+    name = "words"
+
+    async def generate(self, messages, **_):
+        from waypoint.engine import Message
+
+        return Message.assistant("a b c ")
+
+    async def stream(self, messages, **_):
+        from waypoint.engine import Message
+
+        for word in ("a ", "b ", "c "):
+            yield Message.assistant(word)
+
+
+async def test_a_relay_writes_a_model_calls_tokens_before_its_step_and_a_failure_never_fails_the_run(caplog):
+    from waypoint.engine import ChatModelAgent
+    from waypoint.engine.errors import StoreUnavailable
+    from waypoint.stores import MemoryStore
+    from waypoint.stores.relay import Relay
+
+    store = MemoryStore()
+    app = ChatModelAgent(name="w", model=_Words()).compile(store=store, streaming=True)
+    relay = Relay(store, "ok-1", app.name, every=60.0)  # no timed flush: only the model call's end writes
+    await app.ainvoke("hi", checkpoint_id="ok-1", callbacks=[relay])
+    (head,) = await store.history("ok-1", limit=1)
+    _o, _n, rows = await store.read_events("ok-1", incarnation=head.created_at)  # written before the run ended
+    await relay.aclose()
+    assert [json.loads(d) for _n, _b, _k, d in rows] == [{"text": t, "run_path": ["w"]} for t in ("a ", "b ", "c ")]
+    assert relay.relayed == 3
+
+    class Down(MemoryStore):
+        async def append_events(self, *args, **kwargs):
+            raise StoreUnavailable("the database went away")
+
+    down = Down()
+    app = ChatModelAgent(name="w", model=_Words()).compile(store=down, streaming=True)
+    relay = Relay(down, "down-1", app.name)
+    with caplog.at_level("WARNING", logger="waypoint.worker"):
+        out = await app.ainvoke("hi", checkpoint_id="down-1", callbacks=[relay])
+        await relay.aclose()
+    assert out.content == "a b c "  # the run is unharmed
+    assert any("run 'down-1'" in r.getMessage() and "went away" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_relay_that_lost_the_run_stops_relaying_and_says_so(caplog):
+    from waypoint.engine import ChatModelAgent
+    from waypoint.stores import MemoryStore
+    from waypoint.stores.relay import Relay
+
+    store = MemoryStore()
+    app = ChatModelAgent(name="w", model=_Words()).compile(store=store, streaming=True)
+    relay = Relay(store, "lost-1", app.name)
+    relay.on_checkpoint(type("E", (), {"data": 1, "meta": None})())
+    await app.ainvoke("hi", checkpoint_id="lost-1", callbacks=[relay])
+    relay.holder = "a-process-that-never-held-it"
+    relay.on_chunk(type("E", (), {"node_path": ("model",), "data": __import__("waypoint.engine", fromlist=["Message"])
+                                  .Message.assistant("late")})())
+    with caplog.at_level("WARNING", logger="waypoint.worker"):
+        await relay.aclose()
+    (head,) = await store.history("lost-1", limit=1)
+    _o, _n, rows = await store.read_events("lost-1", incarnation=head.created_at)
+    assert "late" not in "".join(d for *_x, d in rows)
+    assert any("run 'lost-1'" in r.getMessage() and "no longer relayed" in r.getMessage() for r in caplog.records)

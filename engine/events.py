@@ -48,6 +48,8 @@ class Event:
     node_path: tuple[str, ...]
     data: Any = None
     step: int = 0
+    meta: Any = field(default=None, compare=False, repr=False)
+    """A `checkpoint` event's stored `CheckpointMeta` (who holds the run, its incarnation); None otherwise."""
 
 
 TRACE_LIMITS = (8, 64, 512)

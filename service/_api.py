@@ -262,6 +262,7 @@ class _Api:
         still in the log: then what followed it), then live events as they happen."""
         self.state.watcher.ensure()
         executing = self.executor.running.get(checkpoint_id)
+        relayed = None
         if executing is not None:  # its log is the run's since its claim
             log = executing.log
         else:
@@ -277,13 +278,15 @@ class _Api:
                     return {"checkpoint_id": checkpoint_id, "status": "queued",
                             "detail": "submitted to the run queue; its events come once a worker claims it"}
 
-                return _sse_response(stream(queued.log, _event_id(last_event_id, after), waiting))
+                return _sse_response(stream(queued.log, _event_id(last_event_id, after)[0], waiting))
             if not head:
                 return missing(checkpoint_id)
             kept = self.state.logs.runs.get(checkpoint_id)
             log = self.state.logs.current(checkpoint_id, head[0].created_at)  # never another run's log
             if checkpoint_id not in self.executor.launched:  # executed elsewhere (or at rest): from the store
                 self.state.watcher.follow(checkpoint_id, head[0], fresh=log is not kept)
+                relayed = self.state.watcher.relayed(checkpoint_id, head[0].created_at)
+                await self.state.watcher.begin_relay(log, head[0])
 
         async def snapshot() -> dict[str, Any]:
             view = await self._view(checkpoint_id)
@@ -294,7 +297,7 @@ class _Api:
 
         if protocol == "ag-ui":
             return _sse_response(follow_as_agui(self.state, checkpoint_id, log))
-        return _sse_response(stream(log, _event_id(last_event_id, after), snapshot))
+        return _sse_response(stream(log, _event_id(last_event_id, after), snapshot, relayed=relayed))
 
     async def approvals(self, limit: int = Query(100, ge=1, le=500)) -> Any:
         """What runs wait on, newest first: approvals (tool, arguments, digest) and other interrupts — of
@@ -340,7 +343,7 @@ class _Api:
                 stored[cid] = head[0].created_at if head else None
             return created_at is not None and stored[cid] == created_at
 
-        return _sse_response(stream(self.state.logs.hub, _event_id(last_event_id, after), snapshot, replayable))
+        return _sse_response(stream(self.state.logs.hub, _event_id(last_event_id, after)[0], snapshot, replayable))
 
 
 def _messages(value: Any) -> Any:
@@ -349,14 +352,19 @@ def _messages(value: Any) -> Any:
     return [Message(role=m.role, content=m.content) for m in value]
 
 
-def _event_id(header: str | None, after: str | None) -> int | None:
+def _event_id(header: str | None, after: str | None) -> tuple[int | None, int | None]:
     """The event a reader saw last: `Last-Event-ID` (or `?after=`, the same for clients that cannot set
-    headers); anything but a number is none of ours: a snapshot first."""
+    headers) — `<local ID>` or `<local ID>.<relayed number>` (service/_events.py); anything else is none of ours:
+    a snapshot first."""
     text = header if header is not None else after
     if text is None:
-        return None
-    text = text.strip()
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 20 else None
+        return None, None
+    local, dot, cursor = text.strip().partition(".")
+    if not (local.isascii() and local.isdigit() and len(local) <= 20):
+        return None, None
+    if not dot:
+        return int(local), None
+    return int(local), int(cursor) if cursor.isascii() and cursor.isdigit() and len(cursor) <= 20 else None
 
 
 def _sse_response(body: Any) -> EventStream:

@@ -11,6 +11,13 @@ same ID (after a delete, in this process or another, or a start over a completed
 reader is given a log only if it is the stored run's (`Logs.current`); another run's log is ended and
 replaced, never replayed. The service-wide log tags each event with its run, and a reader that reconnects
 is replayed only the events of runs that are still there (`stream(..., replayable=...)`).
+
+**Relayed events** (the tokens of a run executed elsewhere, read from the store: service/_watch.py) carry their
+number in the store's relayed log (`n`, the same on every service), and from the first one on, every event of
+that log carries the newest such number given so far: its SSE ID is `<local ID>.<relayed number>`. A reader that
+reconnects with it to this service resumes after the local ID, as before; to a service that does not know the
+local ID, it gets a snapshot and then the relayed events after the number, from the store (`stream(...,
+relayed=...)`), and none of them twice — unless the store trimmed some of them: then the snapshot only.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any
 
 from ._responses import json_bytes
 
-__all__ = ["LogEvent", "EventLog", "Logs", "RunKey", "sse", "stream", "LOG_SIZE", "HEARTBEAT"]
+__all__ = ["LogEvent", "EventLog", "Logs", "RunKey", "EventId", "Relayed", "sse", "stream", "LOG_SIZE", "HEARTBEAT"]
 
 LOG_SIZE = 1000
 """Events a run's log keeps (tokens included)."""
@@ -47,6 +54,10 @@ class LogEvent:
     data: dict[str, Any]
     run: RunKey | None = None
     """The run it is of, in the service-wide log (None: replayed to anyone, e.g. `deleted`)."""
+    cursor: int | None = None
+    """The newest relayed number given in its log up to it (None: its log relays nothing)."""
+    n: int | None = None
+    """Its own number in the store's relayed log (None: not a relayed event)."""
 
 
 class EventLog:
@@ -60,6 +71,10 @@ class EventLog:
         self.events: list[LogEvent] = []
         self.ids: list[int] = []
         self.dropped = 0  # events trimmed from the front, ever
+        self.relayed: int | None = None
+        """The number of the newest relayed event read into it from the store (None: none yet)."""
+        self.relay_floor: int | None = None
+        """Relayed events of steps after this version are shown in it (set when it begins to relay)."""
         self.readers = 0
         self.closed = False
         self._wake = asyncio.Event()
@@ -68,8 +83,10 @@ class EventLog:
     def last_id(self) -> int:
         return self.ids[-1] if self.ids else self.base
 
-    def append(self, kind: str, data: dict[str, Any], run: RunKey | None = None) -> LogEvent:
-        event = LogEvent(next(_ids), kind, data, run)
+    def append(self, kind: str, data: dict[str, Any], run: RunKey | None = None, *, n: int | None = None) -> LogEvent:
+        if n is not None:
+            self.relayed = n
+        event = LogEvent(next(_ids), kind, data, run, self.relayed, n)
         self.events.append(event)
         self.ids.append(event.id)
         if len(self.events) > 2 * self.size:  # trim in batches: appends stay O(1) amortised
@@ -186,38 +203,57 @@ class Logs:
 
 
 def sse(event: LogEvent | None = None, *, kind: str | None = None, data: Any = None, id: int | None = None,
-        comment: str | None = None) -> bytes:
-    """One Server-Sent Event (or a comment line)."""
+        comment: str | None = None, cursor: int | None = None) -> bytes:
+    """One Server-Sent Event (or a comment line); `cursor`: the relayed number its ID carries."""
     if comment is not None:
         return f": {comment}\n\n".encode()
     if event is not None:
         kind, data, id = event.kind, event.data, event.id
-    head = f"id: {id}\n" if id is not None else ""
+        cursor = event.cursor if cursor is None else cursor
+    head = "" if id is None else f"id: {id}\n" if cursor is None else f"id: {id}.{cursor}\n"
     return f"{head}event: {kind}\ndata: ".encode() + json_bytes(data) + b"\n\n"
 
 
-async def stream(log: EventLog, last_id: int | None, snapshot: Callable[[], Awaitable[dict[str, Any]]],
-                 replayable: Callable[[LogEvent], Awaitable[bool]] | None = None) -> AsyncIterator[bytes]:
-    """The SSE body of one reader: replay after `last_id`, or a snapshot first; then live events. An event
-    that was in the log before the reader came is replayed only if `replayable(event)` says so."""
+EventId = tuple[int | None, int | None]
+"""What a reader names as the last event it saw: (local ID, relayed number), either None."""
+
+Relayed = Callable[[int], Awaitable[list[tuple[int, str, dict[str, Any]]]]]
+"""The relayed events numbered after a given number, from the store: (n, kind, data) each; [] when the store
+trimmed some of them (the reader fell too far behind)."""
+
+
+async def stream(log: EventLog, last_id: int | EventId | None, snapshot: Callable[[], Awaitable[dict[str, Any]]],
+                 replayable: Callable[[LogEvent], Awaitable[bool]] | None = None,
+                 relayed: Relayed | None = None) -> AsyncIterator[bytes]:
+    """The SSE body of one reader: replay after `last_id`, or a snapshot first (then, with `relayed` and a relayed
+    number in `last_id`, the relayed events after it); then live events. An event that was in the log before the
+    reader came is replayed only if `replayable(event)` says so."""
+    local, cursor = last_id if isinstance(last_id, tuple) else (last_id, None)
     log.readers += 1
     try:
         yield b"retry: 2000\n\n"
         replay_end = log.dropped + len(log.events)  # absolute index of the first event that is live to it
-        position = log.position_after(last_id)
+        position = log.position_after(local)
+        given = -1  # relayed events numbered up to this one were given to this reader: never again
         if position is None:  # events from here on follow the snapshot (a few may show in it too)
             position, seen = replay_end, log.last_id
-            yield sse(kind="snapshot", data=await snapshot(), id=seen)
+            yield sse(kind="snapshot", data=await snapshot(), id=seen, cursor=log.relayed)
+            if cursor is not None and relayed is not None:  # resumed on another service: what it missed
+                for n, kind, data in await relayed(cursor):
+                    given = max(given, n)
+                    yield sse(kind=kind, data=data, id=seen, cursor=max(n, log.relayed or 0))
         async for item in log.follow(position):
             if item is None:
                 yield sse(comment="keep-alive")
             elif isinstance(item, int):
                 position, seen = item, log.last_id
-                yield sse(kind="snapshot", data=await snapshot(), id=seen)
+                yield sse(kind="snapshot", data=await snapshot(), id=seen, cursor=log.relayed)
             else:
                 position += 1
+                if item.n is not None and item.n <= given:
+                    continue
                 if replayable is not None and position <= replay_end and not await replayable(item):
                     continue
-                yield sse(item)
+                yield sse(item, cursor=None if item.cursor is None else max(item.cursor, given))
     finally:
         log.readers -= 1

@@ -19,6 +19,13 @@ stored, so a run executed elsewhere has none (its assistant text arrives whole a
 docs/decisions.md says why); neither do plain graphs' `chunk` and `node` events. Everything is shown by the
 same views as the runs executed here (service/_views.py), so the hostile-text rules hold for it too.
 
+**Tokens.** A model's tokens are not stored, but the process executing the run relays them to the store's short
+relayed log (stores/relay.py): the watcher reads them into the run's log as `token` events carrying their number
+there (service/_events.py), for the runs someone reads — woken by the relay's NOTIFY on Postgres, looked for every
+`RELAY_POLL` seconds on SQLite while such a run is running. A token relayed for a step comes before the events of
+the version that step wrote (each relayed event says the version it followed), and one of a step after the
+newest version announced waits until that version's events are given.
+
 **Whose log.** Events go to the log of the run they are of (`Logs`: by the run's `created_at`), and the
 service-wide log gets `started`, `interrupt`, `end` and `deleted`. A run this process executes is never
 followed from the store (`executing`); when such an execution ends, the watcher is told the version it left
@@ -28,6 +35,7 @@ the run at (`wrote`), so nothing it wrote is announced twice.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections import OrderedDict
@@ -54,6 +62,10 @@ KEEP = 10_000
 """Runs whose last known version is remembered (least recently seen dropped first)."""
 HUB_RUNS = 50
 """Most recently updated runs looked at per poll for the service-wide stream (SQLite)."""
+RELAY_POLL = 0.05
+"""Seconds between looks for relayed tokens of a running run someone reads, where the store announces nothing."""
+_RELAY_READ = 500
+_RELAYED_KINDS = frozenset({"token"})
 
 
 @dataclass
@@ -87,6 +99,7 @@ class Watcher:
         self.runs: OrderedDict[str, _Seen] = OrderedDict()
         self.expected: dict[str, _Expected] = {}
         self._dirty: dict[str, None] = {}
+        self._relay_dirty: dict[str, None] = {}
         self._waiters: dict[str, list[asyncio.Future]] = {}
         self._wake: asyncio.Event | None = None
         self._looking = asyncio.Lock()
@@ -191,8 +204,69 @@ class Watcher:
         if self.executing(checkpoint_id):
             return
         seen = self.runs.get(checkpoint_id)
-        if status == "deleted" or seen is None or version > seen.version:
+        if status == "events":  # the executor relayed tokens
+            self._relay_dirty[checkpoint_id] = None
+            if self._wake is not None:
+                self._wake.set()
+        elif status == "deleted" or seen is None or version > seen.version:
             self._mark(checkpoint_id)
+
+    def relayed(self, checkpoint_id: str, created_at: float) -> Any:
+        """For `stream(..., relayed=)`: the relayed events of run (`checkpoint_id`, `created_at`) numbered after a
+        given number, from the store; [] when some of them were trimmed (the reader fell too far behind)."""
+        async def after(n: int) -> list[tuple[int, str, dict[str, Any]]]:
+            rows = await self._relayed_rows(checkpoint_id, created_at, n, gap_ok=False)
+            return [] if rows is None else [(m, kind, data) for m, _base, kind, data in rows]
+
+        return after if hasattr(self.store, "read_events") else None
+
+    async def begin_relay(self, run_log: EventLog, head: Any) -> None:
+        """A reader is about to read `run_log` (of run `head`, its newest version), which relays nothing yet: it
+        relays what is relayed from now on (a reader that comes back from another service gets what it missed
+        before from the store: `relayed`)."""
+        if self._wake is not None:  # a reader now: the loop looks for its tokens at the relay's pace
+            self._wake.set()
+        if run_log.relay_floor is not None or not hasattr(self.store, "read_events"):
+            return
+        try:
+            _oldest, newest, _rows = await self.store.read_events(head.checkpoint_id, incarnation=head.created_at,
+                                                                  after=2**62, limit=1)
+        except Exception as err:  # noqa: BLE001 - its readers get the messages whole; the next look tries again
+            log.warning("waypoint serve: reading the relayed events of run %r failed (%s: %s)", head.checkpoint_id,
+                        type(err).__name__, err)
+            return
+        if run_log.relay_floor is None:
+            run_log.relay_floor = head.version
+            if newest is not None:  # (IDs stay plain numbers until a relayed event is given: older clients)
+                run_log.relayed = max(run_log.relayed or 0, newest)
+
+    async def _relayed_rows(self, cid: str, created_at: float, after: int, *, gap_ok: bool = True
+                            ) -> list[tuple[int, int, str, Any]] | None:
+        """The relayed events of the run after number `after`, decoded: (n, base, kind, data); None when some
+        after `after` were trimmed and not `gap_ok`. An event that cannot be decoded is left out (and said)."""
+        if not hasattr(self.store, "read_events"):
+            return []
+        out: list[tuple[int, int, str, Any]] = []
+        first = True
+        while True:
+            oldest, _newest, rows = await self.store.read_events(cid, incarnation=created_at, after=after,
+                                                                 limit=_RELAY_READ)
+            if first and oldest is not None and after and oldest > after + 1 and not gap_ok:
+                return None
+            first = False
+            for n, base, kind, data in rows:
+                after = n
+                if kind not in _RELAYED_KINDS:
+                    continue
+                try:
+                    value = json.loads(data)
+                except ValueError as err:
+                    log.warning("waypoint serve: relayed event %d of run %r cannot be read (%s)", n, cid, err)
+                    continue
+                if isinstance(value, dict):
+                    out.append((n, base, kind, value))
+            if len(rows) < _RELAY_READ:
+                return out
 
     def _mark(self, checkpoint_id: str) -> None:
         self._dirty[checkpoint_id] = None
@@ -226,11 +300,15 @@ class Watcher:
             if loop.time() - last_poll >= self.poll:
                 last_poll = loop.time()
                 await self._poll(hub=not listening)
-            while self._dirty:
-                cid = next(iter(self._dirty))
-                del self._dirty[cid]
+            reading = [] if listening else self._relaying()
+            for cid in reading:
+                self._relay_dirty[cid] = None
+            while self._dirty or self._relay_dirty:
+                full = bool(self._dirty)
+                cid = next(iter(self._dirty if full else self._relay_dirty))
+                del (self._dirty if full else self._relay_dirty)[cid]
                 try:
-                    await self._look(cid)
+                    await (self._look(cid) if full else self._look_relayed(cid))
                 except asyncio.CancelledError:
                     raise
                 except Exception as err:  # noqa: BLE001 - one run that cannot be read never stops the others
@@ -238,9 +316,18 @@ class Watcher:
                                 type(err).__name__, err)
             self._wake.clear()
             try:
-                await asyncio.wait_for(self._wake.wait(), self.poll)
+                await asyncio.wait_for(self._wake.wait(), RELAY_POLL if reading else self.poll)
             except asyncio.TimeoutError:
                 pass
+
+    def _relaying(self) -> list[str]:
+        """Runs whose relayed tokens are looked for now (where nothing announces them): running, read here."""
+        out = []
+        for cid, run_log in self.logs.runs.items():
+            seen = self.runs.get(cid)
+            if run_log.readers and seen is not None and seen.status == "running" and not self.executing(cid):
+                out.append(cid)
+        return out
 
     async def _listen(self) -> bool:
         """Hold the LISTEN connection (Postgres); False while it cannot be had (then poll)."""
@@ -328,12 +415,35 @@ class Watcher:
             run_log = self.logs.runs.get(cid)
             if run_log is not None and run_log.run != newest.created_at:
                 run_log = self.logs.current(cid, newest.created_at)  # the old run's readers' streams end
+        rows: list[Any] = []
+        if run_log is not None and run_log.run == newest.created_at:
+            if run_log.relay_floor is None:  # tokens of the steps after this version are news to its readers
+                run_log.relay_floor = (expected.base or 0) if expected is not None else (
+                    seen.version if same and seen is not None else newest.version)
+            rows = await self._relayed_rows(cid, newest.created_at, run_log.relayed or 0) or []
         if not new:
+            _relay(run_log, rows, None)
             return
         conversation = (seen.messages, seen.decisions) if same and seen is not None else (None, None)
         if run_log is not None and conversation[0] is None:
             conversation = await self._conversation(cid, seen.version if same else new[0].version, None, (None, None))
-        await self._announce(cid, new, prev, run_log, conversation)
+        await self._announce(cid, new, prev, run_log, conversation, rows)
+
+    async def _look_relayed(self, cid: str) -> None:
+        """Read the run's newly relayed tokens into its log; a token of a step after the newest version announced
+        makes it a whole look (that version's events come first)."""
+        async with self._looking:
+            seen, run_log = self.runs.get(cid), self.logs.runs.get(cid)
+            if self.executing(cid) or seen is None or run_log is None or run_log.run != seen.created_at:
+                return
+            if run_log.relay_floor is None:
+                await self._look_now(cid)
+                return
+            rows = await self._relayed_rows(cid, seen.created_at, run_log.relayed or 0) or []
+            if any(base > seen.version for _n, base, _k, _d in rows):
+                await self._look_now(cid)
+                return
+            _relay(run_log, rows, None)
 
     async def _back_to(self, cid: str, metas: list[Any], floor: int) -> list[Any]:
         """The run's versions from its newest down to just above `floor` (at most CATCH_UP): a run that writes on
@@ -352,10 +462,11 @@ class Watcher:
         return metas
 
     async def _announce(self, cid: str, new: list[Any], prev: str | None, run_log: EventLog | None,
-                        conversation: tuple[int | None, int | None]) -> None:
+                        conversation: tuple[int | None, int | None], rows: list[Any] = ()) -> None:
         hub = self.logs.hub
         status = prev
         for meta in new:
+            rows = _relay(run_log, rows, meta.version)  # the tokens of the step that wrote it, first
             key = (cid, meta.created_at)
             if meta.status == "running" and status != "running":
                 data = {"checkpoint_id": cid, "graph": self.name_of(meta), "how": "start" if status is None else "resume",
@@ -369,6 +480,7 @@ class Watcher:
                     conversation = await self._conversation(cid, meta.version, run_log, conversation, snap)
                 self._stopped(cid, meta, snap, run_log)
             status = meta.status
+        _relay(run_log, rows, None)
         newest = new[-1]
         if run_log is not None and newest.status == "running":
             conversation = await self._conversation(cid, newest.version, run_log, conversation)
@@ -444,6 +556,24 @@ class Watcher:
         self.runs.move_to_end(cid)
         while len(self.runs) > KEEP:
             self.runs.popitem(last=False)
+
+
+def _relay(run_log: EventLog | None, rows: Any, below: int | None) -> list[Any]:
+    """Append to `run_log` the relayed events of `rows` that followed a version before `below` (None: all), those
+    of steps before the log's floor skipped; returns the rest."""
+    rows = list(rows)
+    if run_log is None:
+        return []
+    floor = run_log.relay_floor or 0
+    while rows and (below is None or rows[0][1] < below):
+        n, base, kind, data = rows.pop(0)
+        if n <= (run_log.relayed or 0):
+            continue
+        if base >= floor:
+            run_log.append(kind, data, n=n)
+        else:
+            run_log.relayed = n
+    return rows
 
 
 def _append(run_log: EventLog | None, kind: str, data: dict[str, Any]) -> None:

@@ -64,7 +64,7 @@ from ._common import (
     stamped,
 )
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 T = TypeVar("T")
 
 _BINARY = {"sqlite": "BLOB", "postgresql": "BYTEA"}
@@ -176,6 +176,13 @@ MIGRATIONS: dict[int, list[str]] = {
         """CREATE TABLE waypoint_cancels (
             checkpoint_id TEXT NOT NULL PRIMARY KEY, version INTEGER NOT NULL, cancel_when TEXT NOT NULL,
             requested_by TEXT NOT NULL, requested_at {real} NOT NULL)""",
+    ],
+    # Live events relayed from the process executing a run (stores/_relay_sql.py): a short, trimmed log per run of
+    # what the store does not keep (a model's tokens), numbered per checkpoint ID.
+    10: [
+        """CREATE TABLE waypoint_run_events (
+            checkpoint_id TEXT NOT NULL, n INTEGER NOT NULL, incarnation {real} NOT NULL, base INTEGER NOT NULL,
+            kind TEXT NOT NULL, data TEXT NOT NULL, at {real} NOT NULL, PRIMARY KEY (checkpoint_id, n))""",
     ],
 }
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from waypoint.engine.errors import LeaseLost
 from waypoint.engine.keep.store import Blob, CancelRequest, Checkpoint, CheckpointMeta, MissingBlobs, RunStatus, version_label
 
+from ._relay_memory import RelayMemory
 from ._common import (
     LEDGER_NEEDED,
     Expiry,
@@ -35,7 +36,7 @@ from ._common import (
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore:
+class MemoryStore(RelayMemory):
     """Checkpoints kept in dictionaries; gone when the process exits. `ttl` as for `SQLiteStore`."""
 
     def __init__(self, *, ttl: float | None = None) -> None:

@@ -64,6 +64,7 @@ from waypoint.engine.keep.recovery import give_up, recover
 from waypoint.engine.keep.shutdown import Shutdown
 
 from .queue import QueueError, RunQueue
+from .relay import Relay
 
 __all__ = ["Worker"]
 
@@ -437,10 +438,11 @@ class Worker:
                 before = snap.meta.version if snap is not None else None
             # "start-over" (submit with force_new_run): a new run over a paused or failed one — until it wrote
             over = item.kind == "start-over" and before == item.base_version
+            relay = Relay(self.store, cid, app.name)  # its tokens, for readers on any service
             try:
                 given = {"answered_at": item.submitted_at} if resume is not None and item.kind == "resume" else {}
                 output = await app.ainvoke(input, checkpoint_id=cid, resume=resume, expected_version=before,
-                                           callbacks=[seen], force_new_run=over, **given)
+                                           callbacks=[seen, relay], force_new_run=over, **given)
             except GraphInterrupted as paused:
                 return ("interrupted", None, self._encode({c.id: c.info for c in paused.info.contexts}),
                         seen.version)
@@ -452,6 +454,8 @@ class Worker:
                 raise
             except Exception as err:  # noqa: BLE001 - recorded on the queue row for whoever waits
                 return await self._failed(cid, before, err)
+            finally:
+                await relay.aclose()
             return "completed", None, self._encode(output), seen.version
         except (CheckpointConflict, StoreUnavailable, GraphMismatch, ProcessStopping, asyncio.CancelledError):
             raise

@@ -374,7 +374,7 @@ class _Session(Admission):
         if self.lease is not None:
             self.lease.wrote(self.cp.sent if meta.status == "running" else None)
         if self.emitter.active:
-            await self.emitter.emit(Event("checkpoint", (), meta.version, meta.step))
+            await self.emitter.emit(Event("checkpoint", (), meta.version, meta.step, meta=meta))
 
 
 class _Progress:

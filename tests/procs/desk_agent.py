@@ -91,3 +91,35 @@ def many():
 
 def many_compiled(store):
     return many().compile(store=store, lease_seconds=float(os.environ.get("DESK_LEASE", "30")))
+
+
+class TalkModel:
+    """Streams the tokens its user's message spells: "3-7" streams "w3 " … "w6 ", "@name" waits until the file
+    $DESK_DIR/name exists (before the rest), e.g. "0-20 @g1 20-40 @g2 40-45". Its answer is those tokens joined."""
+
+    name = "talk-model"
+
+    def _plan(self, messages):
+        return messages[-1].content.split()
+
+    async def generate(self, messages, **_):
+        return Message.assistant("".join([c.content async for c in self.stream(messages)]))
+
+    async def stream(self, messages, **_):
+        for part in self._plan(messages):
+            if part.startswith("@"):
+                while not os.path.exists(_path(part[1:])):
+                    await asyncio.sleep(0.01)
+                continue
+            first, _, last = part.partition("-")
+            for i in range(int(first), int(last)):
+                yield Message.assistant(f"w{i} ")
+
+
+def talk() -> ChatModelAgent:
+    return ChatModelAgent(name="talk", model=TalkModel(), tools=[act])
+
+
+def talk_compiled(store):
+    """`talk`, streaming (its tokens are relayed to the services that follow it)."""
+    return talk().compile(store=store, streaming=True, lease_seconds=float(os.environ.get("DESK_LEASE", "30")))

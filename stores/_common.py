@@ -307,7 +307,9 @@ def check_cancellable(checkpoint_id: str, head: tuple[Any, Any, Any] | None) -> 
     """The version a cancel request names, given the newest version's (version, status, seconds its lease has left
     on the store's clock); raises when no process executes the run now."""
     if head is None:
-        raise CheckpointNotFound(f"run '{checkpoint_id}' does not exist: there is nothing to cancel")
+        raise CheckpointNotFound(f"run '{checkpoint_id}' is not in the store: there is nothing to cancel (a run of a "
+                                 "graph compiled with durability='exit' or 'interrupt' is stored only once it stops, so "
+                                 "no other process can cancel it while it runs: cancel its task where it executes)")
     version, status, left = head
     if status != "running":
         what = {"interrupted": "it is paused or was stopped already (answer it, or leave it: nothing runs)",

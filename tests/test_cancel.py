@@ -291,3 +291,82 @@ def test_a_nested_agent_stops_at_its_own_safe_point_and_the_whole_run_is_cancell
     continued(s)
     assert (s.seen("fast", "start"), s.seen("gated", "start")) == (1, 1)
     assert (s.seen("inner-model2", "done"), s.seen("outer-model2", "done")) == (1, 1)
+
+
+def test_a_later_request_replaces_a_safe_point_with_now(tmp_path):
+    s = Setup(tmp_path, "graph")
+    s.hold("b")
+    proc = s.start()
+    s.wait("b", "start", proc=proc)
+    s.cancel("after:c", by="first")  # b hangs: the safe point after c is never reached …
+    s.wait("asked", "after:c", proc=proc)
+    s.cancel("now", by="second")  # … so the person asks for now, and it is heard
+    s.wait("asked", "now", proc=proc)
+    stopped_cancelled(s, proc, "now", by="second")
+    assert s.seen("b", "done") == 0
+
+
+def test_cancel_now_waits_for_a_step_write_in_flight_and_stores_the_run_cancelled_after_it(tmp_path):
+    """b's step write has committed but its answer has not come back (a slow link to Postgres; SQLite's busy path
+    writes on a thread a task cancel does not stop) when the cancel is read: the cancel waits for the write, then
+    stores the run cancelled after it — never a run left running that its caller was told is cancelled."""
+    import logging
+
+    from waypoint.engine import END, START, Graph, RunCancelled, recover
+
+    db = tmp_path / "w.db"
+    acked, in_flight, asked = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    loop_of: list = []
+
+    class SlowAnswer(SQLiteStore):
+        async def put(self, meta, *args, **kwargs):
+            stored = await super().put(meta, *args, **kwargs)  # committed …
+            if meta.step == 2 and meta.status == "running":
+                in_flight.set()
+                await acked.wait()  # … its answer still on its way
+            return stored
+
+    class Heard(logging.Handler):
+        def emit(self, record):
+            if "cancel requested" in record.getMessage():
+                loop_of[0].call_soon_threadsafe(asked.set)
+
+    def step(name):
+        async def node(x):
+            return x + [name]
+        return node
+
+    g = Graph(name="w")
+    for name in "abc":
+        g.add_node(name, step(name))
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("b", "c")
+    g.add_edge("c", END)
+    store = SlowAnswer(db)
+    app = g.compile(store=store)
+    handler = Heard()
+    logging.getLogger("waypoint.lease").addHandler(handler)
+    logging.getLogger("waypoint.lease").setLevel(logging.INFO)
+
+    async def main():
+        loop_of.append(asyncio.get_running_loop())
+        run = asyncio.create_task(app.ainvoke([], checkpoint_id="w1"))
+        await in_flight.wait()
+        other = SQLiteStore(db)
+        await other.request_cancel("w1", when="now", by="alice")
+        await asyncio.wait_for(asked.wait(), TIMEOUT)  # the executor read it while the write is in flight
+        acked.set()
+        with pytest.raises(RunCancelled):
+            await run
+        head = (await other.history("w1", limit=1))[0]
+        assert (head.status, head.error) == ("interrupted", "cancelled")
+        assert (await app.get_run("w1")).pending == ("c",)  # b's step landed, then the cancel
+        assert await recover([app]) == []  # a person's cancel: nothing continues it by itself
+        await other.close()
+        await store.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        logging.getLogger("waypoint.lease").removeHandler(handler)

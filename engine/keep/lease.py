@@ -89,6 +89,8 @@ class LeaseKeeper:
         """The cancel request this execution honours (engine/keep/cancel.py), once the lease thread read one."""
         self.armed = True
         """The run's task is inside the run: a cancel "now" may cancel it (`disarm()` once it is not)."""
+        self.busy: Callable[[], bool] = lambda: False
+        """Whether the run is writing a version now: a cancel "now" waits for the write to end (set by the run)."""
         try:
             self.task: asyncio.Task | None = asyncio.current_task()  # what `lost(task)` asks about
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -138,8 +140,13 @@ class LeaseKeeper:
         self.armed = False
 
     def asked(self, request: Any) -> None:
-        """(The lease thread.) A cancel request was read for this run: honoured once, if it is for this execution."""
-        if self.cancel is not None or request.version < (self.since or 0):
+        """(The lease thread.) A cancel request was read for this run: honoured if it is for this execution; a newer
+        one replaces the one honoured so far (a person who asked for a safe point may then ask for "now")."""
+        if request.version < (self.since or 0) or (self.cancel is not None and (
+                request.requested_at, request.when, request.by) == (self.cancel.requested_at, self.cancel.when,
+                                                                    self.cancel.by)):
+            return
+        if self.cancel is not None and request.requested_at < self.cancel.requested_at:
             return
         self.cancel = request
         log.info("run '%s': cancel requested by %s (%s)", self.checkpoint_id, request.by or "an unnamed caller",
@@ -151,8 +158,12 @@ class LeaseKeeper:
                 pass
 
     def _cancel_now(self) -> None:
-        if self.armed and self.task is not None and not self.task.done():
-            self.task.cancel(f"run '{self.checkpoint_id}' cancelled by {self.cancel.by or 'an unnamed caller'}")
+        if not self.armed or self.task is None or self.task.done():
+            return
+        if self.busy():  # a write of the run is in flight: it may land after a cancel, so let it finish first
+            self._loop.call_later(0.005, self._cancel_now)  # type: ignore[union-attr]
+            return
+        self.task.cancel(f"run '{self.checkpoint_id}' cancelled by {self.cancel.by or 'an unnamed caller'}")
 
     def stop(self) -> None:
         _renewer().remove(self)
@@ -179,7 +190,8 @@ class LeaseKeeper:
             if self._failing is not None:
                 log.warning("run '%s': its lease is renewed again", self.checkpoint_id)
                 self._failing = None
-        elif self._version() == version and self.lost is None:  # not just overtaken by this run's own newer write
+        elif self._version() == version and self.lost is None and not self.busy():
+            # not overtaken by this run's own newer write — landed, or still in flight (its answer, fenced, tells)
             self.lost = (
                 f"run '{self.checkpoint_id}': this process lost its lease at version {version} (another process "
                 "took the run over, the run was deleted, or the lease had run out before this process could "
@@ -303,10 +315,12 @@ class _Renewer:
 
     def _cancel_polls(self, keepers: list[LeaseKeeper], now: float) -> dict[int, tuple[Any, list[LeaseKeeper]]]:
         """The keepers, by store, whose cancel requests are due to be read (engine/keep/cancel.py): every `POLL` s
-        while a run of that store executes here and has not been asked to stop yet."""
+        while a run of that store executes here and has not been asked to stop "now" (a later request may still
+        replace a safe point with "now")."""
         asking: dict[int, tuple[Any, list[LeaseKeeper]]] = {}
         for k in keepers:
-            if k.cancel is None and k.lost is None and getattr(k.store, "cancel_requests", None) is not None:
+            if (k.cancel is None or k.cancel.when != "now") and k.lost is None \
+                    and getattr(k.store, "cancel_requests", None) is not None:
                 asking.setdefault(id(k.store), (k.store, []))[1].append(k)
         self._next_poll = {key: self._next_poll.get(key, now) for key in asking}
         due = {}

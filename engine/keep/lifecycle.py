@@ -296,6 +296,7 @@ class _Session(Admission):
         lease.start()
         run.before_step = run.lease_check = lease.check
         run.safe_point = safe_point(lambda: lease.cancel, self.target)
+        lease.busy = self.writing.locked  # a cancel "now" never cuts a write that may still land
         shutdown, target = current_shutdown(), self.target
         if shutdown is not None:  # the process may stop: the run stops at a step boundary (rule 12)
             run.before_step = lambda: (lease.check(), shutdown.check(target))

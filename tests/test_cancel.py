@@ -24,6 +24,18 @@ sys.path.insert(0, str(PROCS))
 import cancel_app  # noqa: E402
 
 TIMEOUT = 60.0  # a loaded machine starts a Python process in seconds, not minutes
+STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_run_left_behind():
+    """A test that fails while its run's process waits at a gate does not leave that process behind."""
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
 
 
 class Setup:
@@ -41,9 +53,10 @@ class Setup:
         (self.gates / f"gate-{name}").touch()
 
     def start(self, *extra: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, str(PROCS / "cancel_app.py"), str(self.db), self.cid, self.mode,
+        STARTED.append(subprocess.Popen([sys.executable, str(PROCS / "cancel_app.py"), str(self.db), self.cid, self.mode,
                                  "--gates", str(self.gates), "--journal", str(self.journal), *extra],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        return STARTED[-1]
 
     def lines(self) -> list[list[str]]:
         return [line.split() for line in self.journal.read_text().splitlines()] if self.journal.exists() else []

@@ -9,7 +9,8 @@ from waypoint.engine import CheckpointNotFound, NotRunning, WaypointError
 from waypoint.engine.keep import cancel_point
 
 from ._refusals import conflict, missing
-from ._responses import SafeJSONResponse, invalid, problem
+from ._responses import SafeJSONResponse, invalid
+from ._resume import served_run
 from ._schemas import CancelRun
 from ._state import ServiceState
 
@@ -20,14 +21,10 @@ API_BY = "the service's API"
 
 async def cancel_run(state: ServiceState, checkpoint_id: str, body: CancelRun) -> Any:
     """The recorded request (202), or the answer refusing it (404, 409, 422)."""
-    found = await state.store.history(checkpoint_id, limit=1)
-    if not found:
-        return missing(checkpoint_id)
-    head = found[0]
-    target = await state.resolve(head)
-    if target is None:
-        return problem(409, f"run '{checkpoint_id}' was written by a graph this service does not run (it runs "
-                       f"{', '.join(sorted(state.targets))})", current_version=head.version, status=head.status)
+    served = await served_run(state, checkpoint_id)
+    if isinstance(served, SafeJSONResponse):
+        return served
+    head, target = served
     by = body.by if body.by is not None else API_BY
     try:
         when = cancel_point(checkpoint_id, body.when, target.app.structure, agent=target.kind == "agent")

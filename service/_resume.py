@@ -37,8 +37,8 @@ class Prepared:
     """The version the answers were checked against: the claim compare-and-sets on it."""
 
 
-async def prepare_resume(state: ServiceState, checkpoint_id: str, body: ResumeRun) -> Prepared | SafeJSONResponse:
-    """The checked resume, or the answer refusing it (404, 409, 422, 500)."""
+async def served_run(state: ServiceState, checkpoint_id: str) -> tuple[CheckpointMeta, Any] | SafeJSONResponse:
+    """The run's newest version and the served graph that continues it, or the answer refusing (404, 409)."""
     found = await state.store.history(checkpoint_id, limit=1)
     if not found:
         return missing(checkpoint_id)
@@ -47,6 +47,15 @@ async def prepare_resume(state: ServiceState, checkpoint_id: str, body: ResumeRu
     if target is None:
         return problem(409, f"run '{checkpoint_id}' was written by a graph this service does not run (it runs "
                        f"{', '.join(sorted(state.targets))})", current_version=head.version, status=head.status)
+    return head, target
+
+
+async def prepare_resume(state: ServiceState, checkpoint_id: str, body: ResumeRun) -> Prepared | SafeJSONResponse:
+    """The checked resume, or the answer refusing it (404, 409, 422, 500)."""
+    served = await served_run(state, checkpoint_id)
+    if isinstance(served, SafeJSONResponse):
+        return served
+    head, target = served
     shape = _shape_problem(body, target.kind)
     if shape is not None:
         return shape

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -103,3 +104,14 @@ async def store(request, tmp_path):
         s = SQLStore(f"sqlite+aiosqlite:///{tmp_path / 'runs.db'}")
     yield s
     await s.close()
+
+
+@pytest.fixture
+def procs():
+    """Processes a test starts (append them); whatever still runs at the end is killed."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+        p.communicate(timeout=10)

@@ -21,16 +21,6 @@ from waypoint.stores import RunQueue, SQLiteStore  # noqa: E402
 TIMEOUT = 60.0
 
 
-@pytest.fixture
-def procs():
-    started: list[subprocess.Popen] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-        p.communicate(timeout=10)
-
-
 def queued(db: Path, cid: str):
     async def read():
         store = SQLiteStore(db)

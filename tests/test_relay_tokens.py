@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +17,6 @@ pytest.importorskip("fastapi")
 
 from service_support import ServeProcess, wait_until  # noqa: E402
 from test_service_workers import Stream, spawn_worker  # noqa: E402
-
-
-@pytest.fixture
-def procs():
-    started: list[subprocess.Popen] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-        p.communicate(timeout=10)
 
 
 def _serve(tmp: Path, desk: Path, db: str) -> ServeProcess:

@@ -25,17 +25,6 @@ PROCS = Path(__file__).parent / "procs"
 LEASE = 2.0
 
 
-@pytest.fixture
-def procs():
-    """Worker processes a test starts (append them); whatever still runs at the end is killed."""
-    started: list[subprocess.Popen] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-        p.communicate(timeout=10)
-
-
 def spawn_worker(db: str, desk: Path, cwd: Path, *, graphs: str = "desk_agent:compiled",
                  env: dict[str, str] | None = None) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(PROCS), "DESK_DIR": str(desk), "DESK_LEASE": str(LEASE), **(env or {})}

@@ -12,7 +12,8 @@ from typing import Any
 
 from waypoint.engine.errors import (CheckpointConflict, CheckpointCorrupted, CheckpointNotFound, LeaseLost, NotRunning,
                                    StoreUnavailable, clip)
-from waypoint.engine.keep.store import CANCEL_WHEN, MAX_CHAIN, STATUSES, Blob, CheckpointMeta
+from waypoint.engine.keep.store import (CANCEL_WHEN, MAX_CHAIN, MAX_INPUT_BYTES, ON_BUSY, STATUSES, Blob, CheckpointMeta,
+                                       QueuedInput)
 
 RESTORE = "restore the database from a backup or delete this run"
 
@@ -303,18 +304,32 @@ def check_cancel(checkpoint_id: str, when: Any, by: Any) -> None:
         raise ValueError(f"run '{checkpoint_id}': cancel by= must be text of at most {MAX_CANCEL_BY} characters")
 
 
-def check_cancellable(checkpoint_id: str, head: tuple[Any, Any, Any] | None) -> int:
-    """The version a cancel request names, given the newest version's (version, status, seconds its lease has left
-    on the store's clock); raises when no process executes the run now."""
+def check_input(checkpoint_id: str, payload: Any, policy: Any, by: Any) -> None:
+    """A queued input's bytes, policy and sender, before anything is read: bad input is refused, never stored."""
+    if type(payload) is not bytes or not payload or len(payload) > MAX_INPUT_BYTES:
+        raise ValueError(f"run '{checkpoint_id}': a queued input is the engine's encoded bytes, 1 to {MAX_INPUT_BYTES} "
+                         "of them")
+    if policy not in ON_BUSY[1:]:
+        raise ValueError(f"run '{checkpoint_id}': a queued input's policy={str(policy)[:80]!r} must be one of "
+                         f"{', '.join(ON_BUSY[1:])}")
+    if not isinstance(by, str) or len(by) > MAX_CANCEL_BY or "\x00" in by:
+        raise ValueError(f"run '{checkpoint_id}': a queued input's by= must be text of at most {MAX_CANCEL_BY} "
+                         "characters")
+
+
+def check_cancellable(checkpoint_id: str, head: tuple[Any, Any, Any] | None, *,
+                      doing: str = "there is nothing to cancel") -> int:
+    """The version a cancel request (or a queued input) names, given the newest version's (version, status, seconds its
+    lease has left on the store's clock); raises when no process executes the run now."""
     if head is None:
-        raise CheckpointNotFound(f"run '{checkpoint_id}' is not in the store: there is nothing to cancel (a run of a "
+        raise CheckpointNotFound(f"run '{checkpoint_id}' is not in the store: {doing} (a run of a "
                                  "graph compiled with durability='exit' or 'interrupt' is stored only once it stops, so "
-                                 "no other process can cancel it while it runs: cancel its task where it executes)")
+                                 "no other process can reach it while it runs)")
     version, status, left = head
     if status != "running":
         what = {"interrupted": "it is paused or was stopped already (answer it, or leave it: nothing runs)",
                 "completed": "it completed", "failed": "it failed"}.get(status, f"its status is {status}")
-        raise NotRunning(f"run '{checkpoint_id}' is not running: {what}; there is nothing to cancel",
+        raise NotRunning(f"run '{checkpoint_id}' is not running: {what}; {doing}",
                          checkpoint_id=checkpoint_id, status=status)
     if left is None or left <= 0:
         raise NotRunning(f"run '{checkpoint_id}' is stored running but its lease ran out {-(left or 0):.1f} s ago: "

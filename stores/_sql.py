@@ -64,7 +64,7 @@ from ._common import (
     stamped,
 )
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 T = TypeVar("T")
 
 _BINARY = {"sqlite": "BLOB", "postgresql": "BYTEA"}
@@ -183,6 +183,12 @@ MIGRATIONS: dict[int, list[str]] = {
         """CREATE TABLE waypoint_run_events (
             checkpoint_id TEXT NOT NULL, n INTEGER NOT NULL, incarnation {real} NOT NULL, base INTEGER NOT NULL,
             kind TEXT NOT NULL, data TEXT NOT NULL, at {real} NOT NULL, PRIMARY KEY (checkpoint_id, n))""",
+    ],
+    # Queued inputs (stores/_input_sql.py): new input for a running run, numbered per run, run after its turn.
+    11: [
+        """CREATE TABLE waypoint_inputs (
+            checkpoint_id TEXT NOT NULL, n INTEGER NOT NULL, policy TEXT NOT NULL, queued_by TEXT NOT NULL,
+            queued_at {real} NOT NULL, payload {binary} NOT NULL, PRIMARY KEY (checkpoint_id, n))""",
     ],
 }
 
@@ -536,6 +542,7 @@ def delete(db: DB, checkpoint_id: str, force: bool = True) -> bool:
     db.run("DELETE FROM waypoint_ledger WHERE checkpoint_id = :c", params)
     db.run("DELETE FROM waypoint_queue WHERE checkpoint_id = :c", params)  # its queued work goes with it
     db.run("DELETE FROM waypoint_cancels WHERE checkpoint_id = :c", params)
+    db.run("DELETE FROM waypoint_inputs WHERE checkpoint_id = :c", params)
     return existed
 
 

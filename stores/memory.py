@@ -10,7 +10,8 @@ import time
 from collections.abc import Mapping, Sequence
 
 from waypoint.engine.errors import LeaseLost
-from waypoint.engine.keep.store import Blob, CancelRequest, Checkpoint, CheckpointMeta, MissingBlobs, RunStatus, version_label
+from waypoint.engine.keep.store import (Blob, CancelRequest, Checkpoint, CheckpointMeta, MissingBlobs, QueuedInput,
+                                       RunStatus, version_label)
 
 from ._relay_memory import RelayMemory
 from ._common import (
@@ -19,6 +20,7 @@ from ._common import (
     chain_from,
     check_cancel,
     check_cancellable,
+    check_input,
     check_due_by,
     check_holder,
     check_idle,
@@ -46,6 +48,7 @@ class MemoryStore(RelayMemory):
         self._ledger: dict[tuple[str, int], dict[str, tuple[float | None, bytes]]] = {}  # -> (incarnation, result)
         self._due: dict[str, float] = {}  # run -> its newest version's deadline
         self._cancels: dict[str, CancelRequest] = {}  # run -> its newest cancel request (guarantee 14)
+        self._inputs: dict[str, list[QueuedInput]] = {}  # run -> its queued inputs, numbered from 1 (guarantee 15)
 
     async def get(self, checkpoint_id: str, version: int | None = None) -> Checkpoint | None:
         versions = self._versions.get(checkpoint_id)
@@ -177,6 +180,7 @@ class MemoryStore(RelayMemory):
         existed = self._versions.pop(checkpoint_id, None) is not None
         self._due.pop(checkpoint_id, None)
         self._cancels.pop(checkpoint_id, None)
+        self._inputs.pop(checkpoint_id, None)
         self._blobs.pop(checkpoint_id, None)
         for key in [k for k in self._ledger if k[0] == checkpoint_id]:
             del self._ledger[key]
@@ -221,6 +225,23 @@ class MemoryStore(RelayMemory):
 
     async def cancel_requests(self, checkpoint_ids: Sequence[str]) -> list[CancelRequest]:
         return [r for c in dict.fromkeys(checkpoint_ids) if (r := self._cancels.get(c)) is not None]
+
+    async def queue_input(self, checkpoint_id: str, payload: bytes, *, policy: str = "enqueue",
+                          by: str = "") -> QueuedInput:
+        check_input(checkpoint_id, payload, policy, by)
+        versions = self._versions.get(checkpoint_id)
+        head = versions[_newest(versions)][0] if versions else None
+        left = head.lease_expires - _now() if head is not None and head.lease_expires is not None else None
+        check_cancellable(checkpoint_id, (head.version, head.status, left) if head is not None else None,
+                          doing="new input cannot be queued for it (start it with the input instead)")
+        inputs = self._inputs.setdefault(checkpoint_id, [])
+        queued = QueuedInput(checkpoint_id=checkpoint_id, n=len(inputs) + 1, policy=policy, by=by, queued_at=_now(),
+                             payload=bytes(payload))
+        inputs.append(queued)
+        return queued
+
+    async def queued_inputs(self, checkpoint_id: str, *, after: int = 0) -> list[QueuedInput]:
+        return self._inputs.get(checkpoint_id, [])[max(0, int(after)):][:100]
 
     async def close(self) -> None:
         return None

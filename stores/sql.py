@@ -38,6 +38,7 @@ from waypoint.engine.errors import WaypointError
 
 from . import _sql
 from ._cancel_sql import CancelMethods
+from ._input_sql import InputMethods
 from ._relay_sql import RelayMethods
 from ._common import Expiry, no_spare_connection, passing, unavailable
 
@@ -186,7 +187,7 @@ async def _connect(engine: Any, wait: float) -> Any:
         delay = min(delay * 2, 0.5)
 
 
-class SQLStore(_sql.SQLStoreMethods, CancelMethods, RelayMethods):
+class SQLStore(_sql.SQLStoreMethods, CancelMethods, InputMethods, RelayMethods):
     """A `CheckPointStore` on any SQLAlchemy async URL: `postgresql+asyncpg://…`, `sqlite+aiosqlite:///…`.
 
     `engine_options` go to `create_async_engine` for every loop's engine (say `pool_size=`,

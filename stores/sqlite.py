@@ -30,6 +30,7 @@ from waypoint.engine.errors import CheckpointError
 
 from . import _sql
 from ._cancel_sql import CancelMethods
+from ._input_sql import InputMethods
 from ._relay_sql import RelayMethods
 from ._common import Expiry, unavailable
 
@@ -65,7 +66,7 @@ class _Conn:
         self.raw.executemany(sql, params)
 
 
-class SQLiteStore(_sql.SQLStoreMethods, CancelMethods, RelayMethods):
+class SQLiteStore(_sql.SQLStoreMethods, CancelMethods, InputMethods, RelayMethods):
     """A `CheckPointStore` in the SQLite file at `path` (created, with its schema, on first use).
 
     `ttl` (seconds): interrupted runs not updated for that long are deleted (see `expire`).

@@ -13,14 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..compose import run_sync
-from ..keep import AGENT_POINTS
-from ..errors import GraphInterrupted, WaypointError
+from ..keep import AGENT_POINTS, QueuedInput
+from ..errors import CheckpointConflict, CheckpointExists, GraphInterrupted, WaypointError
 from ..events import Event
 from ..models.schema import Message, as_messages, concat_messages
 from ..run import InterruptInfo, Pending, pending_of
@@ -28,8 +29,15 @@ from ..tools.node import ToolEvent
 from ..tools.verbs import Decision
 from .middleware import RetryNotice, StoredMessage
 from .paths import AgentPaths, Where
+from .turns import check_on_busy, drainable, keeps_inputs, look, queue, rollback_to
 
 __all__ = ["Runner", "AgentEvent", "AgentOutput", "AgentAction", "ToolRerun"]
+
+log = logging.getLogger("waypoint.run")
+
+_LOOKS = 20
+"""How many times new input looks at a chat that moves on under it (a turn claimed between the look and the claim)
+before it gives up: each look follows a write by another process, so this bounds a race, not a wait."""
 
 
 class _Stream:
@@ -115,6 +123,11 @@ class AgentAction:
     retry: RetryNotice | None = None
     transfer: str | None = None
     """The agent this one handed the conversation to (`transfer_to_agent`): it answers from here on."""
+    queued: QueuedInput | None = None
+    """The input this call sent was queued for the run another turn of which is executing (`Runner.run(on_busy=)`):
+    the process executing it runs it, in its order. The call's only event."""
+    taken: QueuedInput | None = None
+    """A queued input starts its turn here: the events that follow are that turn's."""
 
     @property
     def paused(self) -> bool:
@@ -172,17 +185,116 @@ class Runner:
         return other
 
     async def run(self, messages: str | Message | Sequence[Message], *, checkpoint_id: str | None = None,
-                  force_new_run: bool = False, callbacks: Sequence[Any] = ()) -> AsyncIterator[AgentEvent]:
+                  force_new_run: bool = False, on_busy: str = "reject", by: str | None = None,
+                  take_queued: bool = True, callbacks: Sequence[Any] = ()) -> AsyncIterator[AgentEvent]:
         """Run the agent on a new message (or messages). On a `checkpoint_id` whose run completed, the
         conversation continues: the new run starts from the messages the last one ended with. A run that
         is paused or failed refuses new input (`CheckpointExists`) unless `force_new_run=True`, which
-        abandons its unfinished turn and goes on from the conversation as it was stored. `callbacks` are
-        added to the Runner's for this run."""
-        first = await self.input_for(messages, checkpoint_id=checkpoint_id, force_new_run=force_new_run)
-        options = {"checkpoint_id": checkpoint_id, "force_new_run": force_new_run}
-        async with contextlib.aclosing(self._events(first, options, callbacks)) as events:
-            async for event in events:  # closing this iterator (or cancelling its consumer) cancels the run
+        abandons its unfinished turn and goes on from the conversation as it was stored. A run that is executing
+        — here or in any process — takes new input by `on_busy` (engine/agents/turns.py): `"reject"`
+        (`CheckpointConflict`), or queued in the store (`"enqueue"`, `"interrupt"`, `"rollback"`; `by` says who
+        sent it): then the one event is an action whose `queued` is the `QueuedInput`, and the process executing
+        the run runs it. Inputs queued meanwhile run after the turn, each as a turn of its own (an action whose
+        `taken` names it, then its events) — unless `take_queued=False`: then the caller runs them (`drain`).
+        `callbacks` are added to the Runner's for this run."""
+        policy = check_on_busy(checkpoint_id, on_busy, self.store)
+        new = as_messages(messages)
+        if checkpoint_id is None or self.store is None:
+            first = await self.input_for(new, checkpoint_id=checkpoint_id, force_new_run=force_new_run)
+            options = {"checkpoint_id": checkpoint_id, "force_new_run": force_new_run}
+            async with contextlib.aclosing(self._events(first, options, callbacks)) as events:
+                async for event in events:  # closing this iterator (or cancelling its consumer) cancels the run
+                    yield event
+            return
+        root = (self.agent.name,)
+        for _ in range(_LOOKS):
+            found = await look(self.app, self.store, checkpoint_id)
+            if drainable(found):  # inputs queued before a turn that ended without taking them: theirs come first
+                log.warning("run '%s': %d queued input(s) waited after its last turn ended; running them first",
+                            checkpoint_id, len(found.waiting))
+                async for event in self.drain(checkpoint_id, callbacks=callbacks):
+                    yield event
+                continue
+            if policy != "reject" and found.active:
+                queued = await queue(self.app, self.store, checkpoint_id, new, policy, by)
+                if queued is None:
+                    continue  # its turn ended before the store took the input: look again
+                yield AgentEvent(agent_name=self.agent.name, run_path=root, action=AgentAction(queued=queued))
+                return
+            history = self._history(found.snap, force_new_run) if found.snap is not None else []
+            if history and found.snap.meta.status != "completed" and hasattr(self.agent, "tools_node"):
+                history = _close_abandoned(history, await self._finished_calls(checkpoint_id))
+            options = {"checkpoint_id": checkpoint_id, "force_new_run": force_new_run,
+                       "expected_version": found.version, "turn": {"input": found.taken, "kept": len(history)}}
+            started = False
+            try:
+                async with contextlib.aclosing(self._events([*history, *new], options, callbacks)) as events:
+                    async for event in events:
+                        started = True
+                        yield event
+            except CheckpointConflict:
+                if started or policy == "reject":
+                    raise
+                continue  # the run moved on between the look and the claim (another turn began): look again
+            break
+        else:
+            raise CheckpointConflict(f"run '{checkpoint_id}' moved on at each of {_LOOKS} looks while this input waited "
+                                     "to start or be queued; send it again")
+        if take_queued:
+            async for event in self.drain(checkpoint_id, callbacks=callbacks, after=found.taken):
                 yield event
+
+    async def drain(self, checkpoint_id: str, *, callbacks: Sequence[Any] = (), turns: int | None = None,
+                    after: int | None = None) -> AsyncIterator[AgentEvent]:
+        """Run the inputs queued for the run (`run(on_busy=)`), one turn each, in their order, while its turn has
+        ended — at most `turns` of them (None: all). Each turn begins with an action whose `taken` names its input.
+        Nothing when none waits, or the run executes or waits for an answer. `after`: the last input taken when the
+        turn that just ended began (nothing queued after it: nothing more to read)."""
+        if not keeps_inputs(self.store):
+            return
+        if after is not None and not await self.store.queued_inputs(checkpoint_id, after=after):
+            return
+        root = (self.agent.name,)
+        done = 0
+        while turns is None or done < turns:
+            done += 1
+            found = await look(self.app, self.store, checkpoint_id)
+            if not drainable(found):
+                return
+            taken = found.waiting[0]
+            try:
+                new = as_messages(self.app.get_serializer().loads(taken.payload))
+            except Exception as err:  # noqa: BLE001 - stored bytes that do not decode: said, never guessed at
+                yield AgentEvent(agent_name=self.agent.name, run_path=root, error=WaypointError(
+                    f"run '{checkpoint_id}': queued input {taken.n} does not decode ({type(err).__name__}: {err}); "
+                    "it and the inputs after it wait: delete the run or restore the store"))
+                return
+            history = rollback_to(found) if taken.policy == "rollback" else None
+            if history is None:
+                history = self._history(found.snap, True)
+                if found.snap.meta.status != "completed" and hasattr(self.agent, "tools_node"):
+                    history = _close_abandoned(history, await self._finished_calls(checkpoint_id))
+            options = {"checkpoint_id": checkpoint_id, "force_new_run": True, "expected_version": found.version,
+                       "turn": {"input": taken.n, "kept": len(history)}}
+            started = False
+            try:
+                async with contextlib.aclosing(self._events([*history, *new], options, callbacks)) as events:
+                    async for event in events:
+                        if not started:
+                            started = True
+                            yield AgentEvent(agent_name=self.agent.name, run_path=root,
+                                             action=AgentAction(taken=taken))
+                        yield event
+            except (CheckpointConflict, CheckpointExists):
+                if started:
+                    raise
+                return  # another process took it (or began a turn of its own): its end takes the rest
+
+    def _history(self, snap: Any, force_new_run: bool) -> list[Message]:
+        """The conversation a new turn goes on from: the last run's when it completed (or, with `force_new_run`,
+        as it was stored, its unfinished turn still open)."""
+        usable = snap.state is not None and (force_new_run or snap.meta.status == "completed")
+        return list(snap.state.messages) if usable else []
 
     async def input_for(self, messages: str | Message | Sequence[Message], *, checkpoint_id: str | None = None,
                         force_new_run: bool = False) -> list[Message]:
@@ -193,11 +305,10 @@ class Runner:
         history: list[Message] = []
         if checkpoint_id is not None and self.store is not None:
             last = await self.app.get_run(checkpoint_id)
-            usable = last is not None and last.state is not None and (force_new_run or last.meta.status == "completed")
-            if usable:
-                unfinished = last.meta.status != "completed" and hasattr(self.agent, "tools_node")
-                finished = await self._finished_calls(checkpoint_id) if unfinished else {}
-                history = _close_abandoned(list(last.state.messages), finished)
+            if last is not None:
+                history = self._history(last, force_new_run)
+                if history and last.meta.status != "completed" and hasattr(self.agent, "tools_node"):
+                    history = _close_abandoned(history, await self._finished_calls(checkpoint_id))
         return [*history, *as_messages(messages)]
 
     async def _finished_calls(self, checkpoint_id: str) -> dict[int, str]:
@@ -219,7 +330,7 @@ class Runner:
         return await self.agent.tools_node.results_so_far(loaded.position, address, ledger)
 
     async def resume(self, checkpoint_id: str, *, takeover: bool = False, expected_version: int | None = None,
-                     callbacks: Sequence[Any] = ()) -> AsyncIterator[AgentEvent]:
+                     take_queued: bool = True, callbacks: Sequence[Any] = ()) -> AsyncIterator[AgentEvent]:
         """Resume a stored run: every pending interrupt, with no data; a run that crashed with nothing
         pending continues from its last step. `takeover=True` takes over a run whose process died
         before its lease expired; `expected_version` resumes only while that is the run's newest version
@@ -231,15 +342,22 @@ class Runner:
         async with contextlib.aclosing(self._events(None, options, callbacks)) as events:
             async for event in events:
                 yield event
+        if take_queued:  # inputs queued while the resumed turn ran go on after it
+            async for event in self.drain(checkpoint_id, callbacks=callbacks,
+                                          after=snap.turn.get("input", 0) if snap else None):
+                yield event
 
     async def resume_with_params(self, checkpoint_id: str, targets: dict[str, Any], *, takeover: bool = False,
-                                 expected_version: int | None = None, callbacks: Sequence[Any] = (),
-                                 ) -> AsyncIterator[AgentEvent]:
+                                 expected_version: int | None = None, take_queued: bool = True,
+                                 callbacks: Sequence[Any] = ()) -> AsyncIterator[AgentEvent]:
         """Resume the interrupts named in `targets` (`{interrupt_id: data}`); the others pause again."""
         options = {"checkpoint_id": checkpoint_id, "resume": dict(targets), "takeover": takeover,
                    "expected_version": expected_version}
         async with contextlib.aclosing(self._events(None, options, callbacks)) as events:
             async for event in events:
+                yield event
+        if take_queued:  # inputs queued while the resumed turn ran go on after it
+            async for event in self.drain(checkpoint_id, callbacks=callbacks):
                 yield event
 
     async def pending(self, checkpoint_id: str) -> list[Pending]:

@@ -56,6 +56,9 @@ class RunSnapshot:
     cancelled_by: Any = None
     """Who cancelled the run at this version, where and when (`CancelledBy`: `.by`, `.when`, `.at` on the store's
     clock), when a person's cancel stopped it (`cancel(...)`); None otherwise."""
+    turn: dict[str, int] = field(default_factory=dict)
+    """`{"input": n}`: the last queued input a turn on this ID took (`Runner.run(on_busy=)`); for an agent's turn,
+    `"kept"`: how many messages of the conversation came before it. Empty when none was ever queued."""
 
     @property
     def waits_for(self) -> list[Pending]:
@@ -93,7 +96,8 @@ def _snapshot(loaded: Any) -> RunSnapshot:
     return RunSnapshot(meta=meta, state=pos.state, output=pos.output if pos.done else None,
                        pending=tuple(pos.pending), interrupts=interrupt_info(pos, address, answered),
                        graph=graph, structure=structure if isinstance(structure, dict) else {},
-                       trace=dict(loaded.trace), cancelled_by=loaded.cancelled_by)
+                       trace=dict(loaded.trace), cancelled_by=loaded.cancelled_by,
+                       turn=dict(pos.turn))
 
 
 class CompiledGraph:
@@ -297,6 +301,7 @@ async def _drain(run: Any, queue: asyncio.Queue[Any]) -> AsyncIterator[Any]:
     """
     task = asyncio.ensure_future(run)
     getter: asyncio.Future | None = None
+    read_to_end = False
     try:
         while True:
             while not queue.empty():
@@ -310,6 +315,7 @@ async def _drain(run: Any, queue: asyncio.Queue[Any]) -> AsyncIterator[Any]:
             else:
                 getter.cancel()
             getter = None
+        read_to_end = True  # what the run raised reaches the consumer here
         task.result()
     finally:
         if getter is not None:
@@ -321,7 +327,7 @@ async def _drain(run: Any, queue: asyncio.Queue[Any]) -> AsyncIterator[Any]:
                     queue.get_nowait()
                 await asyncio.wait((task,), timeout=0.05)
             await asyncio.gather(task, return_exceptions=True)
-        elif not task.cancelled() and (err := task.exception()) is not None:  # the consumer left before the end:
+        elif not read_to_end and not task.cancelled() and (err := task.exception()) is not None:  # it left early:
             if not isinstance(err, GraphInterrupted):  # what it did not read is said here, not when the task is
                 log.warning("a run ended in %s after its consumer stopped reading: %s",  # collected (a log line
                             type(err).__name__, err)                                   # at a random moment)

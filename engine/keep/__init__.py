@@ -4,15 +4,16 @@ a run's life against a store — claim, steps, pause, end (`lifecycle`), its lea
 the processes that own runs (`lease`, `owners`), recovery of runs nobody resumes (`recovery`), edits of a
 stored run (`state_update`), a process stopping (`shutdown`) and a person's cancel (`cancel`)."""
 
-from .cancel import AGENT_POINTS, cancel_point, request_cancel
+from .cancel import AGENT_POINTS, cancel_point, default_by, request_cancel
 from .checkpoint import Checkpointer, fingerprint
 from .lifecycle import RunOptions, run_graph
 from .recovery import Recovered, recover
 from .shutdown import Shutdown
 from .state_update import update_state
-from .store import Checkpoint, CheckpointMeta, CheckPointStore
+from .store import ON_BUSY, Checkpoint, CheckpointMeta, CheckPointStore, QueuedInput, store_clock
 
 __all__ = [
-    "CheckPointStore", "Checkpoint", "CheckpointMeta", "Checkpointer", "Recovered", "RunOptions", "Shutdown",
-    "AGENT_POINTS", "cancel_point", "fingerprint", "recover", "request_cancel", "run_graph", "update_state"
+    "CheckPointStore", "Checkpoint", "CheckpointMeta", "Checkpointer", "QueuedInput", "Recovered", "RunOptions", "Shutdown",
+    "ON_BUSY", "store_clock",
+    "AGENT_POINTS", "cancel_point", "default_by", "fingerprint", "recover", "request_cancel", "run_graph", "update_state"
 ]

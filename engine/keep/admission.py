@@ -68,12 +68,13 @@ class Admission:
         self._check_expected(head if head is not None else loaded.meta if loaded is not None else None)
         if head is not None:  # a branch is judged by the newest version of the run it writes, never the one it read
             await self._check_lease(head)
+        carried = await self._carried_input(loaded, head)
         if loaded is None or (loaded.meta.status == "completed" and opts.version is None and not request):
             self._check_new_run(loaded, input, request)
-            self._start_new(run, input, fresh=loaded is not None)
+            self._start_new(run, input, fresh=loaded is not None, carried=carried)
             return
         if opts.force_new_run and self.target == self.source:  # with write_to it only allows overwriting
-            self._start_new(run, input, fresh=True)
+            self._start_new(run, input, fresh=True, carried=carried)
             return
         if input is not None:
             raise CheckpointExists(self._paused_message(loaded))
@@ -90,6 +91,8 @@ class Admission:
         if standing is not None:  # a resume claimed this run and its process stopped: its answers stand
             request = standing.joined(request)
         run.restore(loaded.position, request)
+        if branch:  # the inputs the ID's newest run has taken stay taken (a fork to another ID: that ID's)
+            run.pos.turn = {"input": carried} if carried else {}
         run.pos.answers = request.to_plain() if request is not None else None
         if run.pos.ledger == 0:  # written before ledger epochs, or in a mode that keeps none
             run.pos.ledger = (self.cp.version or 0) + 1
@@ -104,8 +107,23 @@ class Admission:
         self.resumed_from = loaded
         self.claiming = True  # the claim, with its answers: compare-and-set before any node runs
 
-    def _start_new(self, run: Run, input: Any, *, fresh: bool) -> None:
+    async def _carried_input(self, loaded: Loaded | None, head: Any) -> int:
+        """The last queued input a run on the target ID has taken (`RunPosition.turn`): the newest version's, so a
+        fork or time travel never takes again an input a later turn took (engine/keep/store.py, guarantee 15)."""
+        if loaded is not None and self.target == self.source and self.opts.version is None:
+            return loaded.position.turn.get("input", 0)
+        if head is None:
+            return 0
+        reader = Checkpointer(store=self.graph.store, serializer=self.cp.serializer, checkpoint_id=self.target,
+                              graph_structure=self.graph.structure, state_schema=self.graph.state_schema)
+        newest = await reader.load()
+        return newest.position.turn.get("input", 0) if newest is not None else 0
+
+    def _start_new(self, run: Run, input: Any, *, fresh: bool, carried: int) -> None:
         run.start(input)
+        turn = self.opts.turn
+        taken = max(carried, (turn or {}).get("input", 0))
+        run.pos.turn = {**(turn or {}), "input": taken} if taken or turn else {}
         run.pos.ledger = (self.cp.version or 0) + 1  # the claim's version: this run's first ledger page
         run.pos.lineage = os.urandom(8).hex()  # keys of its own: not another run's on a reused ID or database
         if fresh:  # a new run on an ID that held one: its own created_at (the old versions stay history)

@@ -33,6 +33,7 @@ def position_to_plain(pos: RunPosition) -> dict[str, Any]:
         **({"nested": pos.nested} if pos.nested else {}),
         **({"writers": pos.writers} if pos.writers else {}),
         **({"takeovers": [pos.taken_at, pos.takeovers]} if pos.takeovers else {}),
+        **({"turn": pos.turn} if pos.turn else {}),
     }
 
 
@@ -72,12 +73,14 @@ def position_from_plain(d: dict[str, Any]) -> RunPosition:
     counted = d.get("takeovers", [0, 0])
     _shape(type(counted) is list and len(counted) == 2 and all(type(n) is int for n in counted), "takeover count")
     taken_at, takeovers = counted
+    turn = d.get("turn", {})
+    _shape(_str_map(turn) and all(type(v) is int and v >= 0 for v in turn.values()), "turn")
     return RunPosition(
         step=d["step"], pending=d["pending"], inbox=d["inbox"], skipped=d["skipped"],
         interrupts={k: _record_from_plain(v) for k, v in d["interrupts"].items()},
         paused_before=d["before"], paused_after=d["after"], released=d.get("released", []),
         static_ids=static_ids, ledger=d.get("ledger", 0), lineage=lineage, answers=answers, nested=nested,
-        writers=writers, takeovers=takeovers, taken_at=taken_at,
+        writers=writers, takeovers=takeovers, taken_at=taken_at, turn=turn,
         done=d["done"],
         output=d["output"], state=d.get("state"),
     )

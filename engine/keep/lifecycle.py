@@ -91,6 +91,9 @@ class RunOptions:
     """Called as `migrate(position, old_structure)` when the stored run was written by a different
     graph; it may edit the `RunPosition` (rename pending nodes, say) and return it. Without it, a
     different graph is a `GraphMismatch`."""
+    turn: dict[str, int] | None = None
+    """A new run's `RunPosition.turn` (the Runner's: which queued input it takes, how much conversation it keeps);
+    None: the last queued input taken is carried from the run it replaces."""
     answered_at: float | None = None
     """When the answers in `resume` were given, on the store's clock (a run queue stamps it as it queues them):
     a pause whose deadline came after that still takes them, however late they are applied."""

@@ -84,6 +84,14 @@ Guarantees every store gives (tests/test_store_contract.py checks them on every 
    stamped with `clock()`. `cancel_requests(checkpoint_ids)` returns the requests recorded for those runs; the
    process executing a run honours one only if it names a version at or after the one its claim wrote (a request
    made before a later continuation is never honoured by it). A delete of the run deletes its request.
+15. **Queued inputs** (optional: `queue_input` and `queued_inputs`). `queue_input(checkpoint_id, payload, policy=,
+   by=)` records new input for a run (its bytes as the engine encoded them) only while the run's newest version is
+   `running` under an unexpired lease, judged in the same transaction on the store's clock; else `NotRunning`
+   (`CheckpointNotFound` for an unknown run) and nothing is recorded. Inputs are numbered per run 1, 2, 3, … in the
+   order the store recorded them, whichever process sent them, and stamped with `clock()`; a number is never given
+   twice for one run while it exists. `queued_inputs(checkpoint_id, after=n)` returns the inputs numbered above `n`,
+   oldest first. A delete of the run deletes its inputs. The engine decides which inputs a run has taken (the
+   number is written in the run's own position when a turn claims it), so the store never marks one.
 """
 
 from __future__ import annotations
@@ -97,7 +105,7 @@ from ..errors import CheckpointError, clip
 
 __all__ = ["store_clock", "CheckPointStore", "CheckpointMeta", "Checkpoint", "Blob", "RunStatus", "MissingBlobs", "MAX_PARTS",
            "MAX_PART_NAME", "MAX_HASH", "MAX_CHAIN", "meta_problem", "parts_problem", "version_label", "CancelRequest",
-           "CANCEL_WHEN"]
+           "CANCEL_WHEN", "QueuedInput", "ON_BUSY", "MAX_INPUT_BYTES"]
 
 RunStatus = Literal["running", "interrupted", "completed", "failed"]
 STATUSES: tuple[str, ...] = ("running", "interrupted", "completed", "failed")
@@ -182,6 +190,32 @@ class CancelRequest:
 
 CANCEL_WHEN = ("now", "after_step")
 """The `when` of a cancel that names no node; "after:<node>" names one."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QueuedInput:
+    """New input for a run that was executing when it came (guarantee 15): run after the turn in flight."""
+
+    checkpoint_id: str
+    n: int
+    """Its place among the run's inputs (1, 2, 3, …): the order they run in."""
+    policy: str
+    """What the sender asked for the turn in flight (`ON_BUSY`): "enqueue", "interrupt" or "rollback"."""
+    by: str
+    """Who sent it, as they said it (shown; never trusted)."""
+    queued_at: float
+    """The store's clock when it was recorded."""
+    payload: bytes = field(default=b"", repr=False)
+    """The input as the engine encoded it (its serializer's record)."""
+
+
+ON_BUSY = ("reject", "enqueue", "interrupt", "rollback")
+"""What new input for a run that is executing does (`Runner.run(on_busy=)`): refused, queued after the turn in
+flight, run after the turn is stopped at its next step boundary (what finished kept), or run after the turn is
+stopped now and dropped."""
+
+MAX_INPUT_BYTES = 4 * 1024 * 1024
+"""Bytes one queued input may hold."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -33,6 +33,9 @@ after a step and reading it back in another process is all a resume needs:
   claim, and the version that claim wrote. A version written after the claim (a step, a nested run's step)
   resets the count at the next takeover. Automatic recovery gives a run up once it reaches its
   `max_attempts` (engine/keep/recovery.py).
+- `turn`: the root run only — `{"input": n}`, the last queued input (engine/keep/store.py, guarantee 15) a turn on
+  this checkpoint ID has taken, carried from run to run on the ID so none is taken twice; and, for an agent's turn,
+  `"kept"`: how many messages of its conversation came before this turn (what a rollback goes back to).
 - `output` and `done` once the run has reached END.
 """
 
@@ -98,5 +101,6 @@ class RunPosition:
     writers: dict[str, str] = field(default_factory=dict)
     takeovers: int = 0
     taken_at: int = 0
+    turn: dict[str, int] = field(default_factory=dict)
     done: bool = False
     output: Any = None

@@ -1,0 +1,65 @@
+"""Queued inputs in SQL (engine/keep/store.py, guarantee 15): new input for a running run, numbered per run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from waypoint.engine.errors import CheckpointCorrupted
+from waypoint.engine.keep.store import MAX_INPUT_BYTES, QueuedInput
+
+from ._common import RESTORE, check_cancellable, check_input
+from ._sql import DB, _lock_run, now_sql
+
+__all__ = ["queue_input", "queued_inputs", "InputMethods"]
+
+T = TypeVar("T")
+
+_COLUMNS = "checkpoint_id, n, policy, queued_by, queued_at, payload"
+_PAGE = 100
+
+
+def queue_input(db: DB, checkpoint_id: str, payload: bytes, policy: str, by: str) -> QueuedInput:
+    check_input(checkpoint_id, payload, policy, by)
+    params: dict[str, Any] = {"c": checkpoint_id}
+    _lock_run(db, checkpoint_id)  # the run's final write cannot slip between the look and the insert
+    now = now_sql(db)
+    head = db.rows(f"SELECT version, status, lease_expires - {now} FROM waypoint_checkpoints WHERE checkpoint_id = :c "
+                   "ORDER BY version DESC LIMIT 1", params)
+    check_cancellable(checkpoint_id, head[0] if head else None, doing="new input cannot be queued for it (start it "
+                      "with the input instead)")
+    (last,), = db.rows("SELECT MAX(n) FROM waypoint_inputs WHERE checkpoint_id = :c", params)
+    params.update(n=(last or 0) + 1, p=policy, b=by, d=payload)
+    db.run(f"INSERT INTO waypoint_inputs ({_COLUMNS}) VALUES (:c, :n, :p, :b, {now}, :d)", params)
+    return _input(db.rows(f"SELECT {_COLUMNS} FROM waypoint_inputs WHERE checkpoint_id = :c AND n = :n", params)[0])
+
+
+def queued_inputs(db: DB, checkpoint_id: str, after: int) -> list[QueuedInput]:
+    rows = db.rows(f"SELECT {_COLUMNS} FROM waypoint_inputs WHERE checkpoint_id = :c AND n > :a ORDER BY n LIMIT :k",
+                   {"c": checkpoint_id, "a": int(after), "k": _PAGE})
+    return [_input(row) for row in rows]
+
+
+def _input(row: Sequence) -> QueuedInput:
+    cid, n, policy, by, at, payload = row
+    payload = bytes(payload) if isinstance(payload, (bytes, bytearray, memoryview)) else payload
+    if type(cid) is not str or type(n) is not int or type(policy) is not str or type(by) is not str \
+            or type(at) not in (int, float) or type(payload) is not bytes or len(payload) > MAX_INPUT_BYTES:
+        raise CheckpointCorrupted(f"run {str(cid)[:120]!r}: its queued input {str(n)[:20]} has the wrong types; "
+                                  f"{RESTORE}")
+    return QueuedInput(checkpoint_id=cid, n=n, policy=policy, by=by, queued_at=float(at), payload=payload)
+
+
+class InputMethods:
+    """Guarantee 15 for the SQL stores: each method is one `_call` of the function above."""
+
+    async def _call(self, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
+        raise NotImplementedError
+
+    async def queue_input(self, checkpoint_id: str, payload: bytes, *, policy: str = "enqueue",
+                          by: str = "") -> QueuedInput:
+        return await self._call(queue_input, checkpoint_id, payload, policy, by, write=True)
+
+    async def queued_inputs(self, checkpoint_id: str, *, after: int = 0) -> list[QueuedInput]:
+        """The run's inputs numbered above `after`, oldest first (at most 100 at a time)."""
+        return await self._call(queued_inputs, checkpoint_id, after)

@@ -12,8 +12,7 @@ from typing import Any
 
 from waypoint.engine.errors import (CheckpointConflict, CheckpointCorrupted, CheckpointNotFound, LeaseLost, NotRunning,
                                    StoreUnavailable, clip)
-from waypoint.engine.keep.store import (CANCEL_WHEN, MAX_CHAIN, MAX_INPUT_BYTES, ON_BUSY, STATUSES, Blob, CheckpointMeta,
-                                       QueuedInput)
+from waypoint.engine.keep.store import (CANCEL_WHEN, MAX_CHAIN, MAX_INPUT_BYTES, ON_BUSY, STATUSES, Blob, CheckpointMeta)
 
 RESTORE = "restore the database from a backup or delete this run"
 

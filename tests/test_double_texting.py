@@ -1,0 +1,132 @@
+"""New input while a chat's run executes (`Runner.run(on_busy=)`, engine/agents/turns.py), on a real SQLite file:
+each policy, with the turn in flight held at a tool until the test opens it (an event, never a sleep)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+import pytest
+
+from waypoint.engine import ChatModelAgent, CheckpointConflict, Message, Runner, ToolCall, ToolContext, tool
+from waypoint.stores import SQLiteStore
+
+
+class Echo:
+    """Calls `work`, then answers the turn's user message."""
+
+    async def generate(self, messages, **_):
+        if messages[-1].role == "tool":
+            return Message.assistant(f"answer to {[m for m in messages if m.role == 'user'][-1].content}")
+        return Message.assistant(tool_calls=[ToolCall(id="w", name="work", arguments="{}")])
+
+    async def stream(self, messages, **_):
+        yield await self.generate(messages)
+
+
+class Seen(logging.Handler):
+    """Set once the run's process has read a cancel request (engine/keep/lease.py logs it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancel = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "cancel requested" in record.getMessage():
+            self.cancel.set()
+
+
+@pytest.fixture
+def seen():
+    handler, lease = Seen(), logging.getLogger("waypoint.lease")
+    lease.addHandler(handler)
+    old, lease.level = lease.level, logging.INFO
+    yield handler
+    lease.removeHandler(handler)
+    lease.setLevel(old)
+
+
+def _chat(store, gate: asyncio.Event, started: asyncio.Event) -> Runner:
+    @tool
+    async def work(ctx: ToolContext) -> str:
+        """Work."""
+        started.set()
+        await gate.wait()
+        return "done"
+
+    return Runner(ChatModelAgent(name="chat", model=Echo(), tools=[work]), store=store)
+
+
+def _said(messages) -> list[str]:
+    return [m.content for m in messages if m.role in ("user", "assistant") and m.content]
+
+
+async def _race(tmp_path, seen, policy: str):
+    store = SQLiteStore(str(tmp_path / "runs.db"))
+    gate, started = asyncio.Event(), asyncio.Event()
+    runner = _chat(store, gate, started)
+    first = asyncio.create_task(_collect(runner.run("one", checkpoint_id="c")))
+    await asyncio.wait_for(started.wait(), 30)
+    sent = [e async for e in runner.run("two", checkpoint_id="c", on_busy=policy, by="client-b")]
+    third = [e async for e in runner.run("three", checkpoint_id="c", on_busy="enqueue", by="client-c")]
+    if policy != "enqueue":
+        await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, seen.cancel.wait, 30), 35)
+    gate.set()
+    events = await asyncio.wait_for(first, 60)
+    snap = await runner.app.get_run("c")
+    await store.close()
+    return sent, third, events, snap
+
+
+async def _collect(events):
+    return [e async for e in events]
+
+
+@pytest.mark.parametrize("policy", ["enqueue", "interrupt", "rollback"])
+async def test_new_input_while_a_turn_runs_is_queued_and_runs_after_it_in_order(tmp_path, seen, policy):
+    sent, third, events, snap = await _race(tmp_path, seen, policy)
+    assert [e.action.queued.n for e in sent] == [1] and sent[0].action.queued.by == "client-b"
+    assert [e.action.queued.n for e in third] == [2]
+    assert [e.action.taken.n for e in events if e.action and e.action.taken] == [1, 2]  # each once, in order
+    assert snap.meta.status == "completed" and snap.turn["input"] == 2
+    said = _said(snap.state.messages)
+    if policy == "enqueue":  # the first turn finished
+        assert said == ["one", "answer to one", "two", "answer to two", "three", "answer to three"]
+    elif policy == "interrupt":  # stopped after its tool step: what finished is kept, no answer to "one"
+        assert said == ["one", "two", "answer to two", "three", "answer to three"]
+        assert any(m.role == "tool" and m.content == "done" for m in snap.state.messages[:3])
+    else:  # rollback: the unfinished turn is dropped, its input too
+        assert said == ["two", "answer to two", "three", "answer to three"]
+
+
+async def test_reject_is_a_conflict_and_queues_nothing(tmp_path):
+    store = SQLiteStore(str(tmp_path / "runs.db"))
+    gate, started = asyncio.Event(), asyncio.Event()
+    runner = _chat(store, gate, started)
+    first = asyncio.create_task(_collect(runner.run("one", checkpoint_id="c")))
+    await asyncio.wait_for(started.wait(), 30)
+    with pytest.raises(CheckpointConflict, match="is running"):
+        [e async for e in runner.run("two", checkpoint_id="c")]
+    assert await store.queued_inputs("c") == []
+    gate.set()
+    await asyncio.wait_for(first, 60)
+    assert _said((await runner.app.get_run("c")).state.messages) == ["one", "answer to one"]
+    await store.close()
+
+
+async def test_an_input_is_queued_only_while_the_run_executes(tmp_path):
+    store = SQLiteStore(str(tmp_path / "runs.db"))
+    gate, started = asyncio.Event(), asyncio.Event()
+    gate.set()
+    runner = _chat(store, gate, started)
+    await _collect(runner.run("one", checkpoint_id="c"))
+    events = await _collect(runner.run("two", checkpoint_id="c", on_busy="enqueue"))  # idle: it simply runs
+    assert not any(e.action and e.action.queued for e in events)
+    assert _said((await runner.app.get_run("c")).state.messages)[-1] == "answer to two"
+    from waypoint.engine import NotRunning
+    with pytest.raises(NotRunning):
+        await store.queue_input("c", b"x", policy="enqueue", by="me")
+    await store.delete("c")
+    assert await store.queued_inputs("c") == []
+    await store.close()

@@ -56,6 +56,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 _NOT_FOUND = {404: {"model": Problem, "description": "no such run"}}
 _CONFLICT = {409: {"model": Problem, "description": "the run moved on, or another resumer won, or it is running: "
                                                     "`current_version`, `status` and `pending` say where it is"}}
+_QUEUED = {202: {"model": Accepted, "description": "new input for a chat whose turn executes (`on_busy`), queued to "
+                                                 "run after it: `queued` says its place"}}
 _INVALID = {422: {"description": "bad input: `detail[].loc` names the field"}}
 _UNAVAILABLE = {503: {"model": Problem, "description": "the service is shutting down: try again"}}
 _PROBLEM_JSON = {"application/json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
@@ -84,7 +86,7 @@ def build_api_router(state: ServiceState) -> APIRouter:
         ("GET", "/agents", api.agents, "read", {**run, "response_model": list[Served]}),
         ("POST", "/runs", api.start_run, "start",
          {**run, "status_code": 201, "response_model": Accepted | RunView,
-          "responses": {**_CONFLICT, **_INVALID, **_UNAVAILABLE}}),
+          "responses": {**_QUEUED, **_CONFLICT, **_INVALID, **_UNAVAILABLE}}),
         ("GET", "/runs", api.list_runs, "read", {**run, "response_model": RunList, "responses": _INVALID}),
         ("GET", "/runs/{checkpoint_id}", api.get_run, "read",
          {**run, "response_model": RunView, "responses": {**_NOT_FOUND, **_INVALID}}),
@@ -125,6 +127,12 @@ class _Api:
         outcome = await claim_of(self.state, ex, attempt)
         if isinstance(outcome, SafeJSONResponse):
             return outcome
+        if outcome.queued is not None:  # new input for a chat whose turn executes: it runs after that turn
+            q = outcome.queued
+            return SafeJSONResponse({"checkpoint_id": ex.checkpoint_id, "graph": ex.target.name, "status": "queued",
+                                     "version": None,
+                                     "queued": {"n": q.n, "policy": q.policy, "by": q.by, "queued_at": q.queued_at}},
+                                    status_code=202)
         if not wait:
             return SafeJSONResponse({"checkpoint_id": ex.checkpoint_id, "graph": ex.target.name,
                                      "status": outcome.status, "version": outcome.version,
@@ -167,7 +175,15 @@ class _Api:
             except ValidationError:
                 return invalid(["body", "input"], "an agent's input is text or a list of {role, content} messages")
         cid = body.checkpoint_id or uuid.uuid4().hex
-        ex, attempt = await launch_start(self.state, target, cid, data, force_new_run=body.force_new_run)
+        on_busy = body.on_busy or self.state.on_busy
+        if on_busy != "reject" and target.kind != "agent":
+            return invalid(["body", "on_busy"], f"on_busy={on_busy!r} queues a chat's new input: {target.name!r} is a "
+                           "graph, whose runs take input only when started")
+        if on_busy != "reject" and self.state.dispatcher is not None:
+            return invalid(["body", "on_busy"], f"on_busy={on_busy!r}: this service hands runs to workers, which do "
+                           "not take queued input yet; send it once the turn ended (409 until then)")
+        ex, attempt = await launch_start(self.state, target, cid, data, force_new_run=body.force_new_run,
+                                         on_busy=on_busy, by=body.by)
         return await self._answer(ex, attempt, body.wait, 201)
 
     async def list_runs(self, status: Literal["running", "interrupted", "completed", "failed"] | None = None,

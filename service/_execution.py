@@ -22,6 +22,7 @@ from typing import Any
 
 from waypoint.engine import GraphInterrupted, Shutdown, WaypointError
 from waypoint.engine.agents.middleware import StoredMessage
+from waypoint.engine.agents.turns import keeps_inputs
 from waypoint.engine.codec.jsonable import tool_arguments
 
 from ._events import EventLog, Logs
@@ -37,11 +38,13 @@ __all__ = ["Executor", "Execution", "Outcome"]
 @dataclass(frozen=True)
 class Outcome:
     """How an execution began: the version it wrote first, or the error that stopped it before (or, for work
-    handed to the run queue that no worker has claimed yet, `status` "queued")."""
+    handed to the run queue that no worker has claimed yet, `status` "queued"; for new input to a chat whose turn
+    executes, queued in the store to run after it, `status` "queued" with `queued` its `QueuedInput`)."""
 
     version: int | None = None
     error: BaseException | None = None
     status: str = "running"
+    queued: Any = None
 
 
 class Execution:
@@ -105,7 +108,8 @@ class Executor:
     """Starts and resumes runs as tasks of this process; `aclose(drain)` stops them for the process's shutdown —
     each at its next step boundary within `drain` seconds, the rest where they are — never as a person's cancel:
     each is left `running` as last saved with its lease ended, so the next process recovers it at once
-    (engine/keep/shutdown.py)."""
+    (engine/keep/shutdown.py). When an agent's turn it executed ends, the next input queued for the chat
+    (`Runner.run(on_busy=)`) runs as an execution of its own (`how="queued"`): one log per turn, as for a start."""
 
     def __init__(self, store: Any, logs: Logs, watcher: Watcher) -> None:
         self.store = store
@@ -121,14 +125,15 @@ class Executor:
 
     def launch(self, target: Target, checkpoint_id: str, how: str, *, input: Any = None, resume: Any = None,
                takeover: bool = False, force_new_run: bool = False, expected_version: int | None = None,
-               created_at: float | None = None) -> Execution:
-        """Begin a start (`how="start"`, with `input`) or a resume (`resume`: None, True or `{id: data}`) of
-        the run created at `created_at` (as the resume's checks read it)."""
-        log = EventLog() if how == "start" else self.logs.current(checkpoint_id, created_at)
+               created_at: float | None = None, on_busy: str = "reject", by: str | None = None) -> Execution:
+        """Begin a start (`how="start"`, with `input`; an agent's by `on_busy` while its chat's turn executes), a
+        resume (`resume`: None, True or `{id: data}`) of the run created at `created_at` (as the resume's checks read
+        it), or the turn of an agent's next queued input (`how="queued"`)."""
+        log = EventLog() if how in ("start", "queued") else self.logs.current(checkpoint_id, created_at)
         ex = Execution(checkpoint_id, target, log, self.logs, how, self.store)
         ex.on_claim = self._claimed
         if target.runner is not None:
-            events = self._agent_events(ex, input, resume, takeover, force_new_run, expected_version)
+            events = self._agent_events(ex, input, resume, takeover, force_new_run, expected_version, on_busy, by)
             body = self._drive_agent(ex, events)
         else:
             options: dict[str, Any] = {"checkpoint_id": checkpoint_id, "takeover": takeover}
@@ -148,11 +153,15 @@ class Executor:
         self.running[ex.checkpoint_id] = ex
 
     def _agent_events(self, ex: Execution, input: Any, resume: Any, takeover: bool, force_new_run: bool,
-                      expected_version: int | None) -> AsyncIterator[Any]:
+                      expected_version: int | None, on_busy: str, by: str | None) -> AsyncIterator[Any]:
         runner, cid = ex.target.runner, ex.checkpoint_id
+        # take_queued=False: a queued input's turn is an execution of its own, launched when this one ends (_next)
         if ex.how == "start":
-            return runner.run(input, checkpoint_id=cid, force_new_run=force_new_run, callbacks=[ex])
-        options = {"takeover": takeover, "expected_version": expected_version, "callbacks": [ex]}
+            return runner.run(input, checkpoint_id=cid, force_new_run=force_new_run, on_busy=on_busy, by=by,
+                              take_queued=False, callbacks=[ex])
+        if ex.how == "queued":
+            return runner.drain(cid, turns=1, after=0, callbacks=[ex])  # after=0: one read when none was queued
+        options = {"takeover": takeover, "expected_version": expected_version, "take_queued": False, "callbacks": [ex]}
         if isinstance(resume, dict):
             return runner.resume_with_params(cid, resume, **options)
         return runner.resume(cid, **options)
@@ -177,6 +186,18 @@ class Executor:
                 del self.launched[cid]
             if not ex.finished.done():
                 ex.finished.set_result(None)
+            self._next(ex)
+
+    def _next(self, ex: Execution) -> None:
+        """After an agent's turn that wrote a version: the chat's next queued input, if one waits (`Runner.drain`
+        finds none in one read when none was ever queued). Not while the process stops: a turn left `running`
+        is continued by the next process, which takes the inputs after it."""
+        outcome = ex.claimed.result() if ex.claimed.done() else None
+        if ex.target.runner is None or outcome is None or outcome.version is None or self.shutdown.requested:
+            return
+        if not keeps_inputs(self.store):
+            return
+        self.launch(ex.target, ex.checkpoint_id, "queued")
 
     async def _end(self, ex: Execution, error: BaseException | None) -> None:
         if self.running.get(ex.checkpoint_id) is ex:
@@ -204,6 +225,9 @@ class Executor:
             async for event in events:
                 if event.error is not None:
                     return event.error
+                if event.action is not None and event.action.queued is not None and not ex.claimed.done():
+                    ex.claimed.set_result(Outcome(status="queued", queued=event.action.queued))
+                    continue
                 path = list(event.run_path) or [ex.target.runner.agent.name]  # which agent: a composition's differ
                 if event.output is not None:
                     await self._output(ex, event.output, path)
@@ -236,7 +260,12 @@ class Executor:
                                         "arguments_json": call.arguments, "run_path": path})
 
     def _action(self, ex: Execution, action: Any, path: list[str]) -> None:
-        if action.interrupted is not None:
+        if action.taken is not None:  # this turn is a queued input's: said to its readers and the service's
+            q = action.taken
+            data = {"checkpoint_id": ex.checkpoint_id, "n": q.n, "policy": q.policy, "by": q.by, "queued_at": q.queued_at}
+            ex.log.append("input", data)
+            ex.hub.append("input", data, ex.run)
+        elif action.interrupted is not None:
             ex.interrupted(action.interrupted)  # each interrupt in it says where it was raised (`run_path`)
         elif action.decision is not None:
             ex.log.append("decision", _with_path(plain(action.decision), path))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from ._cancel import API_BY
 from ._execution import Execution, Outcome
 from ._queued import Submission
 from ._refusals import Attempt, refused
@@ -19,8 +20,10 @@ __all__ = ["launch_start", "launch_resume", "claim_of"]
 
 
 async def launch_start(state: ServiceState, target: Target, checkpoint_id: str, data: Any, *,
-                       force_new_run: bool) -> tuple[Execution | Submission, Attempt]:
-    """Begin a start of `target` on `checkpoint_id` with input `data` (here, or handed to a worker)."""
+                       force_new_run: bool, on_busy: str = "reject",
+                       by: str | None = None) -> tuple[Execution | Submission, Attempt]:
+    """Begin a start of `target` on `checkpoint_id` with input `data` (here, or handed to a worker); an agent's
+    chat whose turn executes takes it by `on_busy` (`Runner.run`), queued as from `by`."""
     head = await state.store.history(checkpoint_id, limit=1)
     attempt = Attempt(checkpoint_id=checkpoint_id, how="start", seen=head[0].version if head else None)
     state.watcher.ensure()
@@ -29,7 +32,8 @@ async def launch_start(state: ServiceState, target: Target, checkpoint_id: str, 
                                                                   force_new_run=force_new_run,
                                                                   head=head[0] if head else None)
     else:
-        ex = state.executor.launch(target, checkpoint_id, "start", input=data, force_new_run=force_new_run)
+        ex = state.executor.launch(target, checkpoint_id, "start", input=data, force_new_run=force_new_run,
+                                   on_busy=on_busy, by=API_BY if by is None else by)
     return ex, attempt
 
 

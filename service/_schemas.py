@@ -62,6 +62,12 @@ class StartRun(_Body):
     force_new_run: bool = Field(False, description="start over on an ID whose run is paused or failed")
     wait: bool = Field(False, description="answer once the run pauses, completes or fails (the run's page), "
                                           "instead of once its first version is written")
+    on_busy: Literal["reject", "enqueue", "interrupt", "rollback"] | None = Field(
+        None, description="an agent's chat whose turn is executing (anywhere): `reject` (409), or queue this input "
+        "(202, status \"queued\") to run after the turn (`enqueue`), after stopping it at its next step (`interrupt`) "
+        "or after stopping and dropping it (`rollback`); default: the service's (`waypoint serve --on-busy`)")
+    by: str | None = Field(None, max_length=200, description="who sends a queued input, as its record shows it "
+                           "(default: the service's API); shown, never trusted")
 
 
 class Approve(_Body):
@@ -135,6 +141,15 @@ class CancelAccepted(BaseModel):
     requested_at: float = Field(description="Unix seconds, on the store's clock")
 
 
+class QueuedView(BaseModel):
+    """New input queued for a chat whose turn executes: its place in the chat's order."""
+
+    n: int = Field(description="its place among the chat's queued inputs (1, 2, 3, …): the order they run in")
+    policy: str
+    by: str
+    queued_at: float = Field(description="when the store recorded it (its clock)")
+
+
 class Accepted(BaseModel):
     """A start or resume that has written the run's first version (its claim)."""
 
@@ -142,8 +157,10 @@ class Accepted(BaseModel):
     graph: str
     status: str
     version: int | None
-    last_event_id: int = Field(description="send as Last-Event-ID to GET /runs/{id}/events to receive every "
-                                           "event of this start or resume")
+    last_event_id: int | None = Field(None, description="send as Last-Event-ID to GET /runs/{id}/events to receive "
+                                      "every event of this start or resume")
+    queued: QueuedView | None = Field(None, description="status \"queued\" (202): new input for a chat whose turn "
+                                      "executes, queued to run after it (`on_busy`)")
 
 
 class Problem(BaseModel):
@@ -218,6 +235,8 @@ class RunView(VersionRow):
     cancelled_by: dict[str, Any] | None = Field(None, description="who cancelled the run at this version (`by`, as "
                                                 "they said it), where it stopped (`when`) and when they asked (`at`, "
                                                 "the store's clock), when a person's cancel stopped it")
+    input_taken: int | None = Field(None, description="an agent's chat: the number of the last queued input a turn "
+                                    "took (`on_busy`); inputs numbered above it still wait")
     messages: list[dict[str, Any]] | None = None
     decisions: Any = None
     state: Any = None

@@ -35,9 +35,10 @@ class Service(ServiceState):
     of executing them here (docs/service.md, "Where runs execute")."""
 
     def __init__(self, runners_or_graphs: Any, store: Any, *, auth: Any = None, max_body: int = MAX_BODY,
-                 session_ttl: float = SESSION_TTL, queue: Any = None, drain_seconds: float = DRAIN_SECONDS) -> None:
+                 session_ttl: float = SESSION_TTL, queue: Any = None, drain_seconds: float = DRAIN_SECONDS,
+                 on_busy: str = "reject") -> None:
         super().__init__(runners_or_graphs, store, auth=auth, max_body=max_body, session_ttl=session_ttl,
-                         queue=queue, drain_seconds=drain_seconds)
+                         queue=queue, drain_seconds=drain_seconds, on_busy=on_busy)
         self.router = APIRouter(default_response_class=SafeJSONResponse)
         self.router.include_router(build_api_router(self))
         self.router.include_router(build_ui_router(self))
@@ -46,7 +47,7 @@ class Service(ServiceState):
 def create_router(runners_or_graphs: Any, store: Any, *, auth: Any = None, max_body: int = MAX_BODY,
                   session_ttl: float = SESSION_TTL, queue: Any = None, recover: bool = True,
                   max_attempts: int = MAX_ATTEMPTS, drain_seconds: float = DRAIN_SECONDS,
-                  webhooks: Any = None) -> APIRouter:
+                  webhooks: Any = None, on_busy: str = "reject") -> APIRouter:
     """The service as a router for an existing FastAPI app: `app.include_router(router, prefix="/waypoint")`.
 
     The router's lifespan (merged into the app's by `include_router`) recovers the served runs whose process
@@ -57,11 +58,12 @@ def create_router(runners_or_graphs: Any, store: Any, *, auth: Any = None, max_b
     worker continues its graphs' runs whose process died), so the service does not.
     `webhooks` (a URL, a list of URLs, or a `Webhooks`): the served runs' pauses, expiries, completions and
     failures are posted there, signed, while the app runs (docs/service.md, "Notifications"); without a signing
-    key (`$WAYPOINT_WEBHOOK_SECRET`) it is a `WebhookError` here.
+    key (`$WAYPOINT_WEBHOOK_SECRET`) it is a `WebhookError` here. `on_busy`: what new input for an agent's chat
+    whose turn is executing does when `POST /runs` does not say (docs/service.md, "New input while a run is active").
     """
     hooks = Webhooks.of(webhooks)
     service = Service(runners_or_graphs, store, auth=auth, max_body=max_body, session_ttl=session_ttl, queue=queue,
-                      drain_seconds=drain_seconds)
+                      drain_seconds=drain_seconds, on_busy=on_busy)
     service.notifier = Notifier(service, hooks) if hooks is not None else None
 
     @contextlib.asynccontextmanager
@@ -88,14 +90,14 @@ def create_router(runners_or_graphs: Any, store: Any, *, auth: Any = None, max_b
 def create_app(runners_or_graphs: Any, store: Any, *, auth: Any = None, title: str = "Waypoint",
                max_body: int = MAX_BODY, session_ttl: float = SESSION_TTL, queue: Any = None,
                recover: bool = True, max_attempts: int = MAX_ATTEMPTS, drain_seconds: float = DRAIN_SECONDS,
-               webhooks: Any = None) -> FastAPI:
+               webhooks: Any = None, on_busy: str = "reject") -> FastAPI:
     """An ASGI app (FastAPI) serving `runners_or_graphs` on `store`: the API, its OpenAPI document at
     `/openapi.json`, and the approval page at `/ui`. `auth`: see `Auth` (default: `WAYPOINT_TOKEN`); `queue`:
     see `Service`; `recover`, `max_attempts`: automatic recovery, `drain_seconds`: the drain at shutdown,
-    `webhooks`: notifications, as `create_router` says."""
+    `webhooks`: notifications and `on_busy`: new input to a busy chat, as `create_router` says."""
     router = create_router(runners_or_graphs, store, auth=auth, max_body=max_body, session_ttl=session_ttl,
                            queue=queue, recover=recover, max_attempts=max_attempts, drain_seconds=drain_seconds,
-                           webhooks=webhooks)
+                           webhooks=webhooks, on_busy=on_busy)
     service: Service = router.service  # type: ignore[attr-defined]
     app = FastAPI(title=title, version="1", docs_url=None, redoc_url=None, openapi_url=None,
                   description="Start, inspect and resume checkpointed Waypoint runs; follow them live (SSE).")

@@ -9,6 +9,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from waypoint.engine import CheckpointMeta, read_run
+from waypoint.engine.agents.turns import keeps_inputs
+from waypoint.engine.keep import ON_BUSY
 from waypoint.engine.keep.store import store_clock
 
 from ._agui_events import CallIds
@@ -36,14 +38,17 @@ class ServiceState:
     `session_ttl` the page's sessions (seconds). `queue`: None (runs execute in this process), True (a
     `RunQueue` on `store`: `waypoint worker` processes execute them) or a `RunQueue` on this store (say, with
     the workers' serializer). `drain_seconds`: how long `aclose()` lets the runs it executes finish their step
-    (then stops the rest where they are; none is stored as cancelled)."""
+    (then stops the rest where they are; none is stored as cancelled). `on_busy`: the default for new input to an
+    agent's chat whose turn is executing (`reject`, `enqueue`, `interrupt`, `rollback`: docs/agents.md)."""
 
     def __init__(self, runners_or_graphs: Any, store: Any, *,
                  auth: str | Mapping[str, Iterable[str]] | Decide | Auth | None = None,
                  max_body: int = MAX_BODY, session_ttl: float = SESSION_TTL, queue: Any = None,
-                 drain_seconds: float = DRAIN_SECONDS) -> None:
+                 drain_seconds: float = DRAIN_SECONDS, on_busy: str = "reject") -> None:
         self.store = store
         self.drain_seconds = drain_seconds
+        self.on_busy = _on_busy(on_busy, store, queue)
+        """What new input for an agent's executing chat does when `POST /runs` does not say (`Runner.run(on_busy=)`)."""
         self.targets: dict[str, Target] = prepare_targets(runners_or_graphs, store)
         self.by_fingerprint = {t.fingerprint: t for t in self.targets.values()}
         self.auth = auth if isinstance(auth, Auth) else Auth(auth)
@@ -163,3 +168,15 @@ def _queue(queue: Any, store: Any) -> Any:
     if not isinstance(queue, RunQueue) or repr(queue.store) != repr(store):
         raise ServiceError(f"queue= must be True or a RunQueue on the service's store ({store!r}), not {queue!r}")
     return queue
+
+
+def _on_busy(on_busy: Any, store: Any, queue: Any) -> str:
+    if on_busy not in ON_BUSY:
+        raise ServiceError(f"service: on_busy={str(on_busy)[:80]!r} must be one of {', '.join(ON_BUSY)}")
+    if on_busy != "reject" and queue:
+        raise ServiceError(f"service: on_busy={on_busy!r} with a run queue: workers do not take queued input yet; "
+                           "serve without --queue, or keep on_busy 'reject'")
+    if on_busy != "reject" and not keeps_inputs(store):
+        raise ServiceError(f"service: on_busy={on_busy!r} queues new input in the store, and "
+                           f"{type(store).__name__} keeps none: use MemoryStore, SQLiteStore or SQLStore")
+    return on_busy

@@ -98,6 +98,7 @@ def run_view(snap: RunSnapshot, history: Sequence[CheckpointMeta], *, newest: in
            "pending_nodes": list(snap.pending),
            "cancelled_by": snap.cancelled_by.plain() if snap.cancelled_by is not None else None}
     if is_agent:
+        out["input_taken"] = snap.turn.get("input", 0)
         out["messages"] = [message_view(m) for m in snap.state.messages]
         out["decisions"] = plain(snap.state.decisions)
     else:

@@ -3,7 +3,7 @@
     waypoint serve --db URL --agents module:attr[,module:attr...] [--queue] [--host 127.0.0.1] [--port 8000]
                    [--max-body BYTES] [--session-ttl SECONDS] [--header-timeout SECONDS]
                    [--body-timeout SECONDS] [--keep-alive SECONDS] [--max-connections N]
-                   [--no-recover] [--max-attempts N] [--drain SECONDS]
+                   [--no-recover] [--max-attempts N] [--drain SECONDS] [--on-busy POLICY]
                    [--webhook URL ...] [--webhook-timeout SECONDS] [--webhook-attempts N]
 
 The token comes from `WAYPOINT_TOKEN` (and `WAYPOINT_READ_TOKEN` for read-only viewers); without one, or
@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from waypoint.engine import WaypointError
+from waypoint.engine.keep import ON_BUSY
 from waypoint.stores import open_store
 
 from ._auth import MIN_TOKEN_LENGTH, READ_TOKEN_ENV, TOKEN_ENV, Auth
@@ -87,6 +88,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--drain", type=float, default=DRAIN_SECONDS, metavar="SECONDS",
                    help="on SIGTERM, how long runs may finish the step they are in before they are stopped where "
                         "they are (either way the next process continues them; default: %(default)s)")
+    p.add_argument("--on-busy", choices=ON_BUSY, default="reject",
+                   help="new input for an agent's chat whose turn is executing, when POST /runs does not say: refuse "
+                        "it (409), or queue it to run after the turn, after stopping it at its next step, or after "
+                        "stopping and dropping it (default: %(default)s)")
     p.add_argument("--webhook", action="append", default=[], metavar="URL",
                    help="post each served run's pause, expired pause, completion and failure to URL, signed with "
                         f"${SECRET_ENV} (repeatable: every URL gets every event)")
@@ -137,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           header_timeout=args.header_timeout, body_timeout=args.body_timeout,
                           keep_alive=args.keep_alive, max_connections=args.max_connections,
                           recover=args.recover, max_attempts=args.max_attempts, drain_seconds=args.drain,
-                          webhooks=hooks,
+                          webhooks=hooks, on_busy=args.on_busy,
                           banner=f"(database {args.db}{'; runs executed by workers' if args.queue else ''}; "
                                  f"{_posting(hooks)}"
                                  f"token from ${TOKEN_ENV}"
@@ -193,13 +198,14 @@ async def serve(targets: Any, store: Any, *, host: str = "127.0.0.1", port: int 
                 session_ttl: float = SESSION_TTL, header_timeout: float = HEADER_TIMEOUT,
                 body_timeout: float = BODY_TIMEOUT, keep_alive: float = KEEP_ALIVE,
                 max_connections: int = MAX_CONNECTIONS, queue: Any = None, recover: bool = True,
-                max_attempts: int = MAX_ATTEMPTS, drain_seconds: float = DRAIN_SECONDS, webhooks: Any = None) -> None:
+                max_attempts: int = MAX_ATTEMPTS, drain_seconds: float = DRAIN_SECONDS, webhooks: Any = None,
+                on_busy: str = "reject") -> None:
     """Serve `targets` on `store` with uvicorn until stopped; prints the page's address once listening. A
     request's headers and body must arrive within `header_timeout` / `body_timeout` seconds (else its
     connection is closed), an idle connection closes after `keep_alive` seconds, and past `max_connections`
     connections a request is answered 503. `queue` (True or a `RunQueue`): workers execute the runs.
     `recover`, `max_attempts`: automatic recovery; `drain_seconds`: the drain when stopped; `webhooks`:
-    notifications (`create_app`)."""
+    notifications; `on_busy`: new input to a busy chat (`create_app`)."""
     import uvicorn
 
     sockets: list[socket.socket] = []
@@ -207,7 +213,7 @@ async def serve(targets: Any, store: Any, *, host: str = "127.0.0.1", port: int 
         sockets = listen(host, port)  # first: a port in use starts nothing (no recovery, no lifespan)
         app = create_app(targets, store, auth=auth, max_body=max_body, session_ttl=session_ttl, queue=queue,
                          recover=recover, max_attempts=max_attempts, drain_seconds=drain_seconds,
-                         webhooks=webhooks)
+                         webhooks=webhooks, on_busy=on_busy)
         config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on",
                                 http=deadline_protocol(header_timeout, body_timeout), timeout_keep_alive=keep_alive,
                                 limit_concurrency=max_connections,

@@ -1,0 +1,76 @@
+"""The chat the double-texting process tests serve (`waypoint serve --agents chat_turns:build`).
+
+`chat` answers a user's message "hold K" by calling its tool `note(text="K")`, then "answered K" once the result is
+back; any other message T it answers "answered T" at once. `note` waits for the file $CHAT_DIR/gate-K before it
+returns "noted K", so a test holds a turn inside its tool step and releases it as an event. Files under $CHAT_DIR:
+
+- `journal`: "note K start <pid>", "note K done <pid>", "model <last message> <pid>" (each model call), and
+  "asked <when> <pid>" when this process reads a person's cancel request (appended and fsynced).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+
+from waypoint.engine import ChatModelAgent, Message, ToolCall, tool
+
+
+def _path(name: str) -> str:
+    return os.path.join(os.environ["CHAT_DIR"], name)
+
+
+def journal(*words: str) -> None:
+    fd = os.open(_path("journal"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (" ".join([*words, str(os.getpid())]) + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _Asked(logging.Handler):
+    """Journals the moment this process reads a cancel request (engine/keep/lease.py logs it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "cancel requested" in record.getMessage():
+            journal("asked", str(record.args[-1]) if record.args else "?")
+
+
+_runs = logging.getLogger("waypoint.lease")
+_runs.addHandler(_Asked(level=logging.INFO))
+_runs.setLevel(logging.INFO)
+
+
+@tool
+async def note(text: str) -> str:
+    """Note the text (waits for its gate)."""
+    journal("note", text, "start")
+    while not os.path.exists(_path(f"gate-{text}")):
+        await asyncio.sleep(0.01)
+    journal("note", text, "done")
+    return f"noted {text}"
+
+
+class TurnModel:
+    name = "turn-model"
+
+    async def generate(self, messages, **_):
+        last = messages[-1]
+        journal("model", json.dumps(last.content))
+        if last.role == "tool":
+            return Message.assistant(f"answered {last.content.removeprefix('noted ')}")
+        if last.content.startswith("hold "):
+            key = last.content.removeprefix("hold ")
+            return Message.assistant("", tool_calls=[ToolCall(id=f"call_{key}", name="note",
+                                                              arguments=json.dumps({"text": key}))])
+        return Message.assistant(f"answered {last.content}")
+
+    async def stream(self, messages, **_):
+        yield await self.generate(messages)
+
+
+def build() -> ChatModelAgent:
+    return ChatModelAgent(name="chat", model=TurnModel(), tools=[note])

@@ -1,0 +1,156 @@
+"""New input while a chat's turn executes, over HTTP (`POST /runs` with `on_busy`): two `waypoint serve` processes on
+one SQLite file, the turn executing in one of them, clients sending to both at once (docs/service.md, "New input
+while a run is active")."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+
+from service_support import ServeProcess, wait_until  # noqa: E402
+from test_service_workers import Stream  # noqa: E402
+
+TIMEOUT = 60.0
+
+
+def lines(chat: Path) -> list[list[str]]:
+    path = chat / "journal"
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def conversation(c, cid: str) -> list[tuple[str, str]]:
+    return [(m["role"], m["content"]) for m in c.get(f"/runs/{cid}").json()["messages"]]
+
+
+def settled(c, cid: str, last: str) -> list[tuple[str, str]]:
+    """The conversation once the chat's newest turn completed with the answer `last`."""
+    def done():
+        view = c.get(f"/runs/{cid}").json()
+        said = [(m["role"], m["content"]) for m in view.get("messages", [])]
+        return view["status"] == "completed" and said and said[-1] == ("assistant", last) and said
+    return wait_until(done, TIMEOUT, f"{cid} answered {last!r}")
+
+
+def held(chat: Path, key: str) -> None:
+    wait_until(lambda: ["note", key, "start"] in [w[:3] for w in lines(chat)], TIMEOUT, f"note {key} held")
+
+
+def asked(chat: Path, count: int) -> None:
+    """Wait until the process executing the chat read `count` cancel requests in all."""
+    wait_until(lambda: sum(w[0] == "asked" for w in lines(chat)) >= count, TIMEOUT, f"{count} cancel request(s) read")
+
+
+def test_inputs_sent_to_two_services_at_once_run_after_the_turn_in_one_order_by_each_policy(tmp_path):
+    chat = tmp_path / "chat"
+    chat.mkdir()
+    env = {"CHAT_DIR": str(chat)}
+    db = str(tmp_path / "runs.db")
+    with ServeProcess(tmp_path, agents="chat_turns:build", db=db, env=env) as a, \
+            ServeProcess(tmp_path, agents="chat_turns:build", db=db, env=env, args=("--on-busy", "enqueue")) as b, \
+            a.client() as ca, b.client() as cb:
+        hub = Stream(a, "/events")  # the service's own events: each queued input's turn is announced as it starts
+        assert ca.post("/runs", json={"input": "hold 1", "checkpoint_id": "chat"}).status_code == 201
+        held(chat, "1")
+
+        # A's default is reject: 409, and nothing is queued
+        refused = ca.post("/runs", json={"input": "refused", "checkpoint_id": "chat"})
+        assert refused.status_code == 409, refused.text
+
+        # two clients at once, one on each service: both queued, numbered in one order
+        answers: dict[str, object] = {}
+        go = threading.Barrier(2)
+
+        def send(client, text, body):
+            go.wait()
+            answers[text] = client.post("/runs", json={"input": text, "checkpoint_id": "chat", **body})
+
+        threads = [threading.Thread(target=send, args=(ca, "from alice", {"on_busy": "enqueue", "by": "alice"})),
+                   threading.Thread(target=send, args=(cb, "from bob", {"by": "bob"}))]  # B's default: enqueue
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(TIMEOUT)
+        for text, who in (("from alice", "alice"), ("from bob", "bob")):
+            got = answers[text]
+            assert got.status_code == 202, got.text
+            assert got.json()["status"] == "queued" and got.json()["queued"]["by"] == who
+            assert got.json()["queued"]["policy"] == "enqueue"
+        order = sorted(answers, key=lambda text: answers[text].json()["queued"]["n"])
+        assert sorted(answers[t].json()["queued"]["n"] for t in order) == [1, 2]
+
+        (chat / "gate-1").touch()  # the turn in flight finishes; then each input runs as a turn, in their order
+        said = settled(ca, "chat", f"answered {order[1]}")
+        assert said == [("user", "hold 1"), ("assistant", ""), ("tool", "noted 1"), ("assistant", "answered 1"),
+                        ("user", order[0]), ("assistant", f"answered {order[0]}"),
+                        ("user", order[1]), ("assistant", f"answered {order[1]}")]
+        assert "refused" not in str(said)
+        assert settled(cb, "chat", f"answered {order[1]}") == said  # the other service reads the same chat
+        assert ca.get("/runs/chat").json()["input_taken"] == 2
+        for n, text in enumerate(order, 1):
+            taken = hub.wait_for("input", lambda d, n=n: d["n"] == n, TIMEOUT)
+            assert (taken["checkpoint_id"], taken["by"]) == ("chat", answers[text].json()["queued"]["by"])
+        assert [d["n"] for _, k, d in hub.events if k == "input"] == [1, 2]
+        hub.close()
+
+        # interrupt: the turn stops at its next step (its tool's result kept, no answer to it), then the input runs
+        assert ca.post("/runs", json={"input": "hold 2", "checkpoint_id": "chat"}).status_code == 201
+        held(chat, "2")
+        got = cb.post("/runs", json={"input": "stop and go on", "checkpoint_id": "chat", "on_busy": "interrupt"})
+        assert got.status_code == 202 and got.json()["queued"]["policy"] == "interrupt", got.text
+        asked(chat, 1)  # the executing process (A) read the request: the step in flight is its last
+        (chat / "gate-2").touch()
+        said = settled(ca, "chat", "answered stop and go on")
+        assert said[8:] == [("user", "hold 2"), ("assistant", ""), ("tool", "noted 2"),
+                            ("user", "stop and go on"), ("assistant", "answered stop and go on")]
+        assert ["model", '"noted', "2\""] not in [w[:3] for w in lines(chat)]  # no model call after the tool step
+
+        # rollback: the turn is stopped now and dropped (its input too); its tool never finishes
+        assert ca.post("/runs", json={"input": "hold 3", "checkpoint_id": "chat"}).status_code == 201
+        held(chat, "3")
+        got = cb.post("/runs", json={"input": "instead", "checkpoint_id": "chat", "on_busy": "rollback", "by": "carol"})
+        assert got.status_code == 202 and got.json()["queued"]["policy"] == "rollback", got.text
+        said = settled(ca, "chat", "answered instead")
+        assert said[13:] == [("user", "instead"), ("assistant", "answered instead")]
+        assert "hold 3" not in str(said)
+        assert ["note", "3", "done"] not in [w[:3] for w in lines(chat)]
+        # each queued input ran once, in the process that executed the chat (A)
+        models = [w for w in lines(chat) if w[0] == "model" and w[1].startswith('"') and "answered" not in w[1]]
+        texts = [" ".join(w[1:-1]) for w in models]
+        for text in ("from alice", "from bob", "stop and go on", "instead"):
+            assert texts.count(f'"{text}"') == 1, texts
+        pids = {w[-1] for w in models}
+        assert pids == {str(a.proc.pid)}, (pids, a.proc.pid, b.proc.pid)
+
+
+def test_on_busy_is_refused_where_it_would_strand_or_mean_nothing(tmp_path):
+    from fastapi.testclient import TestClient
+    from service_support import TOKEN, approval_agent
+
+    from waypoint.engine import END, START, Graph
+    from waypoint.service import ServiceError, create_app
+    from waypoint.stores import SQLiteStore
+
+    graph = Graph(name="plain")
+    graph.add_node("echo", lambda x: x)
+    graph.add_edge(START, "echo")
+    graph.add_edge("echo", END)
+    store = SQLiteStore(tmp_path / "runs.db")
+    with pytest.raises(ServiceError, match="must be one of reject, enqueue, interrupt, rollback"):
+        create_app(approval_agent([]), store, auth=TOKEN, on_busy="later")
+    with pytest.raises(ServiceError, match="workers do not take queued input yet"):
+        create_app(approval_agent([]), store, auth=TOKEN, queue=True, on_busy="enqueue")
+
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with TestClient(create_app({"ops": approval_agent([]), "plain": graph}, store, auth=TOKEN)) as c:
+        on_graph = c.post("/runs", json={"agent": "plain", "input": 1, "on_busy": "enqueue"}, headers=headers)
+        assert on_graph.status_code == 422 and "is a graph" in on_graph.text, on_graph.text
+        bogus = c.post("/runs", json={"agent": "ops", "input": "hi", "on_busy": "later"}, headers=headers)
+        assert bogus.status_code == 422 and "on_busy" in bogus.text
+    with TestClient(create_app(approval_agent([]), store, auth=TOKEN, queue=True)) as c:
+        handed = c.post("/runs", json={"input": "hi", "checkpoint_id": "q", "on_busy": "interrupt"}, headers=headers)
+        assert handed.status_code == 422 and "workers" in handed.text, handed.text
+        assert c.get("/runs/q", headers=headers).status_code == 404  # nothing was started or queued

@@ -204,6 +204,9 @@ class Executor:
             del self.running[ex.checkpoint_id]
         if not ex.claimed.done():  # stopped before it wrote anything: the request gets the error
             ex.claimed.set_result(Outcome(error=error))
+            if ex.how == "queued" and error is not None and not isinstance(error, asyncio.CancelledError):
+                log.error("run '%s': its next queued input did not start: %s: %s; it waits for the chat's next input "
+                          "or end of turn", ex.checkpoint_id, type(error).__name__, error)  # no request waits to say it
         elif error is not None and not isinstance(error, asyncio.CancelledError):
             ex.log.append("error", {"type": type(error).__name__, "message": str(error)})
         if ex.claimed.result().version is not None:

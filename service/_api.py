@@ -179,9 +179,6 @@ class _Api:
         if on_busy != "reject" and target.kind != "agent":
             return invalid(["body", "on_busy"], f"on_busy={on_busy!r} queues a chat's new input: {target.name!r} is a "
                            "graph, whose runs take input only when started")
-        if on_busy != "reject" and self.state.dispatcher is not None:
-            return invalid(["body", "on_busy"], f"on_busy={on_busy!r}: this service hands runs to workers, which do "
-                           "not take queued input yet; send it once the turn ended (409 until then)")
         ex, attempt = await launch_start(self.state, target, cid, data, force_new_run=body.force_new_run,
                                          on_busy=on_busy, by=body.by)
         return await self._answer(ex, attempt, body.wait, 201)

@@ -30,7 +30,8 @@ async def launch_start(state: ServiceState, target: Target, checkpoint_id: str, 
     if state.dispatcher is not None:
         ex: Execution | Submission = await state.dispatcher.start(target, checkpoint_id, data,
                                                                   force_new_run=force_new_run,
-                                                                  head=head[0] if head else None)
+                                                                  head=head[0] if head else None,
+                                                                  on_busy=on_busy, by=API_BY if by is None else by)
     else:
         ex = state.executor.launch(target, checkpoint_id, "start", input=data, force_new_run=force_new_run,
                                    on_busy=on_busy, by=API_BY if by is None else by)

@@ -24,7 +24,10 @@ from waypoint.engine import (
     UnknownInterrupt,
     WaypointError,
 )
+from waypoint.engine.agents.turns import look
+from waypoint.engine.agents.turns import queue as queue_input
 from waypoint.engine.keep.store import store_clock
+from waypoint.engine.models.schema import as_messages
 
 from ._events import EventLog, Logs
 from ._execution import Outcome
@@ -77,25 +80,45 @@ class Dispatcher:
         self.queue, self.store, self.logs, self.watcher = queue, queue.store, logs, watcher
 
     async def start(self, target: Target, checkpoint_id: str, input: Any, *, force_new_run: bool,
-                    head: Any) -> Submission:
+                    head: Any, on_busy: str = "reject", by: str = "") -> Submission:
         """Submit a new run of `target` on `input` (an agent's: the messages, which are put after the
         conversation a completed chat on the ID ended with, as the agent's `Runner` does). `head` is the run's
-        newest version as the service looked (None: no run)."""
+        newest version as the service looked (None: no run). An agent's chat whose turn a worker executes takes
+        the input by `on_busy` instead: queued in the store, for the worker that ends the turn."""
         base = head.version if head is not None else None
         log = EventLog()  # the new run's: made its log at its claim, as a start executed here does
         sub = Submission(self, checkpoint_id, target, "start", log, base)
+        if on_busy != "reject" and target.runner is not None:
+            queued = await self._queue_input(target, checkpoint_id, input, on_busy, by)
+            if queued is not None:
+                sub.claimed.set_result(Outcome(status="queued", queued=queued))
+                return sub
+            found = await self.store.history(checkpoint_id, limit=1)  # its turn ended meanwhile: a start after all
+            base = found[0].version if found else None
+            sub.base = base
         self.watcher.expect(checkpoint_id, log, base)
         try:
+            kept = None
             if target.runner is not None:
-                input = await target.runner.input_for(input, checkpoint_id=checkpoint_id, force_new_run=force_new_run)
+                new = as_messages(input)
+                input = await target.runner.input_for(new, checkpoint_id=checkpoint_id, force_new_run=force_new_run)
+                kept = len(input) - len(new)
             workers = await self.queue.submit(target.app.name, input, checkpoint_id, force_new_run=force_new_run,
-                                              expected_version=base)
+                                              expected_version=base, kept=kept)
         except Exception as err:  # noqa: BLE001 - refused: answered as a start executed here would be
             self.watcher.unexpect(checkpoint_id, log)
             sub.claimed.set_result(Outcome(error=await self._refusal(checkpoint_id, err, "start", force_new_run)))
             return sub
         self._await_claim(sub, workers)
         return sub
+
+    async def _queue_input(self, target: Target, checkpoint_id: str, input: Any, on_busy: str, by: str) -> Any:
+        """The `QueuedInput` if the chat's turn executes (anywhere) and the store took the input, else None."""
+        runner = target.runner
+        found = await look(runner.app, self.store, checkpoint_id)
+        if not found.active:
+            return None
+        return await queue_input(runner.app, self.store, checkpoint_id, as_messages(input), on_busy, by)
 
     async def resume(self, target: Target, checkpoint_id: str, answers: Any, *, seen: Any) -> Submission:
         """Submit the resume of the run at version `seen` (the one the answers were checked against) with

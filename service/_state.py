@@ -47,7 +47,7 @@ class ServiceState:
                  drain_seconds: float = DRAIN_SECONDS, on_busy: str = "reject") -> None:
         self.store = store
         self.drain_seconds = drain_seconds
-        self.on_busy = _on_busy(on_busy, store, queue)
+        self.on_busy = _on_busy(on_busy, store)
         """What new input for an agent's executing chat does when `POST /runs` does not say (`Runner.run(on_busy=)`)."""
         self.targets: dict[str, Target] = prepare_targets(runners_or_graphs, store)
         self.by_fingerprint = {t.fingerprint: t for t in self.targets.values()}
@@ -170,12 +170,9 @@ def _queue(queue: Any, store: Any) -> Any:
     return queue
 
 
-def _on_busy(on_busy: Any, store: Any, queue: Any) -> str:
+def _on_busy(on_busy: Any, store: Any) -> str:
     if on_busy not in ON_BUSY:
         raise ServiceError(f"service: on_busy={str(on_busy)[:80]!r} must be one of {', '.join(ON_BUSY)}")
-    if on_busy != "reject" and queue:
-        raise ServiceError(f"service: on_busy={on_busy!r} with a run queue: workers do not take queued input yet; "
-                           "serve without --queue, or keep on_busy 'reject'")
     if on_busy != "reject" and not keeps_inputs(store):
         raise ServiceError(f"service: on_busy={on_busy!r} queues new input in the store, and "
                            f"{type(store).__name__} keeps none: use MemoryStore, SQLiteStore or SQLStore")

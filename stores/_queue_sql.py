@@ -1,7 +1,9 @@
 """The run queue's SQL (table `waypoint_queue`, migrations 3 and 4 in stores/_sql.py), for SQLite and Postgres.
 
 One row per run: the work last asked for it (`kind` "start" with an input, "start-over" with an input for a
-new run over a paused or failed one (`force_new_run`), or "resume" with answers),
+new run over a paused or failed one (`force_new_run`), "turn" / "turn-over" the same for an agent's chat (with
+where its turn began), "resume" with answers, or "input": take the chat's next queued input,
+engine/agents/turns.py),
 its `state` ("queued", "claimed" by a worker, "done") and, once done, the outcome. Every function runs
 inside one store transaction (`store._call`). The row never decides who runs the run: the run's own
 record does (compare-and-set on its versions, its lease).
@@ -69,8 +71,13 @@ _SERVING = "SELECT COUNT(*) FROM waypoint_workers w WHERE w.graph = {graph} AND 
 
 def _refusal(checkpoint_id: str, kind: str, status: str | None, live: bool) -> str | None:
     run = f"run '{checkpoint_id}'"
+    kind = {"turn": "start", "turn-over": "start-over"}.get(kind, kind)  # a chat's: a start that says where it began
     if kind == "start-over" and (status != "running" or not live):
         return None
+    if kind == "input":  # the turn that took the queue's last work has ended (or its executor died)
+        if status is None:
+            return f"{run} does not exist: its queued inputs went with it"
+        return None if status != "running" or not live else f"{run} is running: its turn takes its inputs after it"
     if kind in ("start", "start-over"):
         if status in (None, "completed"):
             return None

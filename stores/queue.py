@@ -41,7 +41,9 @@ class WorkStatus:
     checkpoint_id: str
     graph: str
     kind: str
-    """"start" (submit), "start-over" (submit with `force_new_run`) or "resume"."""
+    """"start" (submit), "start-over" (submit with `force_new_run`), "turn" / "turn-over" (the same for an agent's
+    chat, with where its turn began: `submit(kept=)`), "resume", or "input" (a worker queued the turn of a chat's
+    next queued input, `Runner.run(on_busy=)`)."""
     state: str
     outcome: str | None = None
     """Once done: the run's status ("completed", "interrupted", "failed"), or "error" when the work
@@ -92,7 +94,7 @@ class RunQueue:
         self.serializer = serializer
 
     async def submit(self, graph: Any, input: Any, checkpoint_id: str, *, force_new_run: bool = False,
-                     expected_version: int | None = None) -> int:
+                     expected_version: int | None = None, kept: int | None = None) -> int:
         """Queue a new run of `graph` (a compiled graph, or its name) on `input` under `checkpoint_id`.
         Returns how many live workers serve the graph (0: it waits until one starts; a warning is logged).
 
@@ -100,11 +102,17 @@ class RunQueue:
         `force_new_run`, which starts a new run over a paused or failed one (not over one running under a
         live lease) — or if work for it is already queued or running. `expected_version`: the run's version
         the input was made for (a chat's conversation read from it, say): refused if the run has moved on,
-        and the worker starts the run by compare-and-set on it (as it always does on the version at submit)."""
+        and the worker starts the run by compare-and-set on it (as it always does on the version at submit).
+        `kept`: for an agent's chat, how many of `input`'s messages are the conversation before this turn (what
+        `Runner.input_for` put first): a rollback input goes back to there."""
         _check_id(checkpoint_id)
-        payload = self.serializer.dumps(input, root="input")
         name = _graph_name(graph)
-        kind = "start-over" if force_new_run else "start"
+        if kept is None:
+            payload = self.serializer.dumps(input, root="input")
+            kind = "start-over" if force_new_run else "start"
+        else:
+            payload = self.serializer.dumps({"messages": input, "kept": int(kept)}, root="input")
+            kind = "turn-over" if force_new_run else "turn"
         workers = await self.store._call(_queue_sql.enqueue, checkpoint_id, name, kind, payload, expected_version,
                                          write=True)
         return _said(checkpoint_id, name, workers)
@@ -126,6 +134,12 @@ class RunQueue:
         workers = await self.store._call(_queue_sql.enqueue, checkpoint_id, name, "resume", payload,
                                          expected_version, write=True)
         return _said(checkpoint_id, name, workers)
+
+    async def _take_input(self, checkpoint_id: str, graph: str, version: int) -> int:
+        """Queue the turn of the chat's next queued input (a worker does, once the turn before it ended at
+        `version`): refused while work for the run is queued or running, or once it moved on."""
+        return await self.store._call(_queue_sql.enqueue, checkpoint_id, graph, "input", self.serializer.dumps(None),
+                                      version, write=True)
 
     async def status(self, checkpoint_id: str) -> WorkStatus | None:
         """The run's work as the queue knows it, or None if nothing was ever queued for it."""

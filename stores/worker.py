@@ -63,6 +63,7 @@ from waypoint.engine.keep.lease import reserve as reserve_renewals
 from waypoint.engine.keep.recovery import give_up, recover
 from waypoint.engine.keep.shutdown import Shutdown
 
+from ._worker_turns import queue_next_input, runners_of
 from .queue import QueueError, RunQueue
 from .relay import Relay
 
@@ -79,7 +80,9 @@ _FOREIGN_MAX = 500
 _RESERVE_SECONDS = 10.0
 """How long a worker waits for its connection for lease renewals before it says so and tries again later."""
 _NOTES: set[asyncio.Task] = set()
-_WHAT = {"start": "start", "start-over": "start over", "resume": "resume"}
+_WHAT = {"start": "start", "start-over": "start over", "resume": "resume", "input": "the next queued input",
+         "turn": "a chat's turn", "turn-over": "a chat's turn over a stopped one"}
+_CHAT_TURNS = ("turn", "turn-over")
 """What a claimed item asks, as its log line says it."""
 
 
@@ -148,6 +151,8 @@ class Worker:
         self.queue = RunQueue(store, serializer=serializer)
         self.store = store
         self.graphs = _by_name(store, graphs)
+        self.runners = runners_of(self.graphs, store)
+        """The agents' Runners, by graph name: they take a chat's queued inputs (stores/_worker_turns.py)."""
         if concurrency < 1 or poll <= 0:
             raise ValueError(f"Worker: concurrency must be >= 1 and poll > 0, got {concurrency} and {poll}")
         self.concurrency = concurrency
@@ -409,6 +414,20 @@ class Worker:
             await self._hand_back(item, 0.0, str(err))
             return
         await self._record(item, outcome, error, result, version)
+        await self._next_input(item, outcome, version)
+
+    async def _next_input(self, item: _Item, outcome: str, version: int | None) -> None:
+        """Once an agent's turn is recorded: queue the turn of the chat's next queued input, for any worker. Not
+        after an input's work that took none (or failed before its turn), which would queue the same again."""
+        runner = self.runners.get(item.graph)
+        if runner is None or (item.kind == "input" and (outcome == "error" or version == item.base_version)):
+            return
+        try:
+            if await queue_next_input(self.queue, runner, item.graph, item.checkpoint_id) and self._wake is not None:
+                self._wake.set()
+        except Exception as err:  # noqa: BLE001 - said at once: the inputs wait until the chat's next turn ends
+            log.error("worker %s: run '%s': its queued inputs could not be handed on (%s: %s); they run after the "
+                      "chat's next turn", self.name, item.checkpoint_id, type(err).__name__, err)
 
     async def _give_up_run(self, item: _Item, error: str) -> None:
         """Store the run failed with why, if it is still `running` and nobody holds it — else recovery would
@@ -426,7 +445,15 @@ class Worker:
         cid = item.checkpoint_id
         try:
             value = self.queue.serializer.loads(item.payload)
-            if item.attempt == 1:  # nothing touched the run for this request yet: do what was asked
+            turn = None
+            if item.kind in _CHAT_TURNS:  # a chat's turn: its messages, and how many came before the turn
+                value, turn = value["messages"], {"kept": int(value["kept"])}
+            if item.kind == "input":  # the chat's next queued input: its own turn (or the one a worker died in)
+                taken = await self._turn(item, seen)
+                if taken is not None:
+                    return taken
+                input, resume, before = None, None, (await self.store.history(cid, limit=1))[0].version
+            elif item.attempt == 1:  # nothing touched the run for this request yet: do what was asked
                 before = item.base_version
                 input, resume = (None, value) if item.kind == "resume" else (value, None)
             else:  # a worker died, drained or handed it back after writing: see where the run is
@@ -437,12 +464,16 @@ class Worker:
                 input, resume = plan
                 before = snap.meta.version if snap is not None else None
             # "start-over" (submit with force_new_run): a new run over a paused or failed one — until it wrote
-            over = item.kind == "start-over" and before == item.base_version
+            over = item.kind in ("start-over", "turn-over") and before == item.base_version
+            if turn is not None and input is not None:  # where the turn began: what a rollback input goes back to
+                given_turn = {"turn": turn}
+            else:
+                given_turn = {}
             relay = Relay(self.store, cid, app.name)  # its tokens, for readers on any service
             try:
                 given = {"answered_at": item.submitted_at} if resume is not None and item.kind == "resume" else {}
                 output = await app.ainvoke(input, checkpoint_id=cid, resume=resume, expected_version=before,
-                                           callbacks=[seen, relay], force_new_run=over, **given)
+                                           callbacks=[seen, relay], force_new_run=over, **given, **given_turn)
             except GraphInterrupted as paused:
                 return ("interrupted", None, self._encode({c.id: c.info for c in paused.info.contexts}),
                         seen.version)
@@ -463,6 +494,29 @@ class Worker:
             return "error", str(err), None, None
         except Exception as err:  # noqa: BLE001 - unreadable run or payload: say so on the row
             return "error", f"{type(err).__name__}: {err}", None, None
+
+    async def _turn(self, item: _Item, seen: _Progress) -> tuple[str, str | None, bytes | None, int | None] | None:
+        """The turn of the chat's next queued input (`Runner.drain`, one turn), or None while the chat is `running`:
+        a worker died inside a turn, which is continued first (as a resume with no answers)."""
+        cid, app = item.checkpoint_id, self.graphs[item.graph]
+        snap = await app.get_run(cid)
+        if snap is None:
+            raise CheckpointNotFound(f"run '{cid}' was deleted while its queued input waited")
+        if snap.meta.status == "running":
+            return None
+        relay = Relay(self.store, cid, app.name)  # its tokens, for readers on any service
+        try:
+            async for event in self.runners[item.graph].drain(cid, turns=1, callbacks=[seen, relay]):
+                err = event.error
+                if isinstance(err, (StoreUnavailable, GraphMismatch, ProcessStopping, LeaseLost)):
+                    raise err
+                if isinstance(err, RunCancelled):  # a person's cancel: stored cancelled, and this work is done
+                    return "interrupted", str(err), None, seen.version
+                if err is not None:
+                    return await self._failed(cid, snap.meta.version, err)
+        finally:
+            await relay.aclose()
+        return self._resting(await app.get_run(cid))
 
     async def _conflict(self, item: _Item, err: CheckpointConflict, seen: _Progress) -> tuple[str, str, None, int]:
         """The run is not this worker's to run now. On a first attempt (nothing of this request ran yet) a run

@@ -1,6 +1,6 @@
 """New input while a chat's turn executes, over HTTP (`POST /runs` with `on_busy`): two `waypoint serve` processes on
-one SQLite file, the turn executing in one of them, clients sending to both at once (docs/service.md, "New input
-while a run is active")."""
+one SQLite file, the turn executing in one of them — or, with `--queue`, in a `waypoint worker` — and clients sending
+to both at once (docs/service.md, "New input while a run is active")."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("fastapi")
 
 from service_support import ServeProcess, wait_until  # noqa: E402
-from test_service_workers import Stream  # noqa: E402
+from test_service_workers import Stream, spawn_worker  # noqa: E402
 
 TIMEOUT = 60.0
 
@@ -44,16 +44,21 @@ def asked(chat: Path, count: int) -> None:
     wait_until(lambda: sum(w[0] == "asked" for w in lines(chat)) >= count, TIMEOUT, f"{count} cancel request(s) read")
 
 
-def test_inputs_sent_to_two_services_at_once_run_after_the_turn_in_one_order_by_each_policy(tmp_path):
+@pytest.mark.parametrize("where", ["service", "worker"])
+def test_inputs_sent_to_two_services_at_once_run_after_the_turn_in_one_order_by_each_policy(tmp_path, procs, where):
     chat = tmp_path / "chat"
     chat.mkdir()
     env = {"CHAT_DIR": str(chat)}
     db = str(tmp_path / "runs.db")
-    with ServeProcess(tmp_path, agents="chat_turns:build", db=db, env=env) as a, \
-            ServeProcess(tmp_path, agents="chat_turns:build", db=db, env=env, args=("--on-busy", "enqueue")) as b, \
+    queue = ("--queue",) if where == "worker" else ()
+    if where == "worker":
+        procs.append(spawn_worker(db, chat, tmp_path, graphs="chat_turns:build", env=env))
+    with ServeProcess(tmp_path, agents="chat_turns:build", db=db, env=env, args=queue) as a, \
+            ServeProcess(tmp_path, agents="chat_turns:build", db=db, env=env, args=(*queue, "--on-busy", "enqueue")) as b, \
             a.client() as ca, b.client() as cb:
+        executor = str(procs[0].pid if where == "worker" else a.proc.pid)
         hub = Stream(a, "/events")  # the service's own events: each queued input's turn is announced as it starts
-        assert ca.post("/runs", json={"input": "hold 1", "checkpoint_id": "chat"}).status_code == 201
+        assert ca.post("/runs", json={"input": "hold 1", "checkpoint_id": "chat"}).status_code in (201, 202)
         held(chat, "1")
 
         # A's default is reject: 409, and nothing is queued
@@ -90,14 +95,15 @@ def test_inputs_sent_to_two_services_at_once_run_after_the_turn_in_one_order_by_
         assert "refused" not in str(said)
         assert settled(cb, "chat", f"answered {order[1]}") == said  # the other service reads the same chat
         assert ca.get("/runs/chat").json()["input_taken"] == 2
-        for n, text in enumerate(order, 1):
-            taken = hub.wait_for("input", lambda d, n=n: d["n"] == n, TIMEOUT)
-            assert (taken["checkpoint_id"], taken["by"]) == ("chat", answers[text].json()["queued"]["by"])
-        assert [d["n"] for _, k, d in hub.events if k == "input"] == [1, 2]
+        if where == "service":  # the service executing the turns announces each queued input's
+            for n, text in enumerate(order, 1):
+                taken = hub.wait_for("input", lambda d, n=n: d["n"] == n, TIMEOUT)
+                assert (taken["checkpoint_id"], taken["by"]) == ("chat", answers[text].json()["queued"]["by"])
+            assert [d["n"] for _, k, d in hub.events if k == "input"] == [1, 2]
         hub.close()
 
         # interrupt: the turn stops at its next step (its tool's result kept, no answer to it), then the input runs
-        assert ca.post("/runs", json={"input": "hold 2", "checkpoint_id": "chat"}).status_code == 201
+        assert ca.post("/runs", json={"input": "hold 2", "checkpoint_id": "chat"}).status_code in (201, 202)
         held(chat, "2")
         got = cb.post("/runs", json={"input": "stop and go on", "checkpoint_id": "chat", "on_busy": "interrupt"})
         assert got.status_code == 202 and got.json()["queued"]["policy"] == "interrupt", got.text
@@ -109,7 +115,7 @@ def test_inputs_sent_to_two_services_at_once_run_after_the_turn_in_one_order_by_
         assert ["model", '"noted', "2\""] not in [w[:3] for w in lines(chat)]  # no model call after the tool step
 
         # rollback: the turn is stopped now and dropped (its input too); its tool never finishes
-        assert ca.post("/runs", json={"input": "hold 3", "checkpoint_id": "chat"}).status_code == 201
+        assert ca.post("/runs", json={"input": "hold 3", "checkpoint_id": "chat"}).status_code in (201, 202)
         held(chat, "3")
         got = cb.post("/runs", json={"input": "instead", "checkpoint_id": "chat", "on_busy": "rollback", "by": "carol"})
         assert got.status_code == 202 and got.json()["queued"]["policy"] == "rollback", got.text
@@ -123,10 +129,10 @@ def test_inputs_sent_to_two_services_at_once_run_after_the_turn_in_one_order_by_
         for text in ("from alice", "from bob", "stop and go on", "instead"):
             assert texts.count(f'"{text}"') == 1, texts
         pids = {w[-1] for w in models}
-        assert pids == {str(a.proc.pid)}, (pids, a.proc.pid, b.proc.pid)
+        assert pids == {executor}, (pids, executor)
 
 
-def test_on_busy_is_refused_where_it_would_strand_or_mean_nothing(tmp_path):
+def test_on_busy_is_refused_where_it_means_nothing(tmp_path):
     from fastapi.testclient import TestClient
     from service_support import TOKEN, approval_agent
 
@@ -141,8 +147,6 @@ def test_on_busy_is_refused_where_it_would_strand_or_mean_nothing(tmp_path):
     store = SQLiteStore(tmp_path / "runs.db")
     with pytest.raises(ServiceError, match="must be one of reject, enqueue, interrupt, rollback"):
         create_app(approval_agent([]), store, auth=TOKEN, on_busy="later")
-    with pytest.raises(ServiceError, match="workers do not take queued input yet"):
-        create_app(approval_agent([]), store, auth=TOKEN, queue=True, on_busy="enqueue")
 
     headers = {"Authorization": f"Bearer {TOKEN}"}
     with TestClient(create_app({"ops": approval_agent([]), "plain": graph}, store, auth=TOKEN)) as c:
@@ -150,7 +154,3 @@ def test_on_busy_is_refused_where_it_would_strand_or_mean_nothing(tmp_path):
         assert on_graph.status_code == 422 and "is a graph" in on_graph.text, on_graph.text
         bogus = c.post("/runs", json={"agent": "ops", "input": "hi", "on_busy": "later"}, headers=headers)
         assert bogus.status_code == 422 and "on_busy" in bogus.text
-    with TestClient(create_app(approval_agent([]), store, auth=TOKEN, queue=True)) as c:
-        handed = c.post("/runs", json={"input": "hi", "checkpoint_id": "q", "on_busy": "interrupt"}, headers=headers)
-        assert handed.status_code == 422 and "workers" in handed.text, handed.text
-        assert c.get("/runs/q", headers=headers).status_code == 404  # nothing was started or queued

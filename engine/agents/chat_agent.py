@@ -103,7 +103,9 @@ class ChatModelAgent:
                 f"agent '{self.name}': durability={durability!r} keeps no tool ledger, so a resume after a failed "
                 "or cancelled tools step would run its finished calls again; agents with tools take "
                 "durability='step' (the default with a store)")
-        return self._build(streaming).compile(**options)
+        app = self._build(streaming).compile(**options)
+        app.agent = self
+        return app
 
     def to_mermaid(self) -> str:
         """The agent's graph as a Mermaid flowchart."""

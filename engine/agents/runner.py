@@ -176,6 +176,19 @@ class Runner:
         self.callbacks = tuple(callbacks)
         self.app = agent.compile(streaming=streaming, store=store, **compile_options)
 
+    @classmethod
+    def of(cls, app: Any, *, callbacks: Sequence[Any] = ()) -> Runner:
+        """A Runner over `app`, a graph an agent compiled (`agent.compile(store=...)`), as it was compiled: what a
+        process holding only the compiled graph (a `waypoint worker`) runs a chat's turns with."""
+        agent = getattr(app, "agent", None)
+        if agent is None:
+            raise WaypointError(f"graph '{getattr(app, 'name', app)}' was not compiled from an agent: a Runner runs "
+                                "agents (compile it with agent.compile(...), or give the agent itself)")
+        runner = cls.__new__(cls)
+        runner.agent, runner.store, runner.streaming, runner.callbacks, runner.app = (
+            agent, app.store, False, tuple(callbacks), app)
+        return runner
+
     # --- async iterators ----------------------------------------------------------------------------
 
     def with_store(self, store: Any) -> Runner:

@@ -63,7 +63,9 @@ class _WorkflowAgent:
                 f"agent '{self.name}': durability={durability!r} keeps no tool ledger, so a resume after a failed "
                 "or cancelled tools step would run its finished calls again; agents with tools take "
                 "durability='step' (the default with a store)")
-        return self._graph(streaming, root=True).compile(**options)
+        app = self._graph(streaming, root=True).compile(**options)
+        app.agent = self
+        return app
 
     def to_mermaid(self) -> str:
         """The workflow's graph as a Mermaid flowchart (each sub-agent is one box)."""

@@ -103,6 +103,10 @@ def _snapshot(loaded: Any) -> RunSnapshot:
 class CompiledGraph:
     """A checked, immutable graph. Run it with `ainvoke` / `invoke` / `astream` / `aevents`."""
 
+    agent: Any = None
+    """The agent it was compiled from (`ChatModelAgent.compile`, a workflow agent's), else None: what takes a
+    chat's queued input where only the compiled graph is at hand (`Runner.of`, a `waypoint worker`)."""
+
     def __init__(self, shape: GraphShape) -> None:
         self.shape = shape
 
@@ -259,7 +263,9 @@ class CompiledGraph:
         shape.store = store
         if durability is not None or self.shape.store is None:
             shape.durability = durability or "step"
-        return CompiledGraph(shape)
+        other = CompiledGraph(shape)
+        other.agent = self.agent
+        return other
 
     # --- pictures -------------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""The chat the double-texting process tests serve (`waypoint serve --agents chat_turns:build`).
+"""The chat the double-texting process tests serve (`waypoint serve --agents chat_turns:build`) and run in workers
+(`waypoint worker --graphs chat_turns:build`).
 
 `chat` answers a user's message "hold K" by calling its tool `note(text="K")`, then "answered K" once the result is
 back; any other message T it answers "answered T" at once. `note` waits for the file $CHAT_DIR/gate-K before it
@@ -72,5 +73,6 @@ class TurnModel:
         yield await self.generate(messages)
 
 
-def build() -> ChatModelAgent:
+def build(store=None) -> ChatModelAgent:
+    """The agent (`waypoint serve` calls it with no argument, `waypoint worker` with its store)."""
     return ChatModelAgent(name="chat", model=TurnModel(), tools=[note])

@@ -1,0 +1,48 @@
+"""A chat's queued inputs in a `waypoint worker` (double-texting, engine/agents/turns.py).
+
+New input sent while a chat's turn executes in a worker is queued in the store (guarantee 15). When the worker
+records that turn's work, it queues the turn of the next input as work of its own (`kind` "input") if one may
+start now, so any worker takes it — with the queue's claims, hand-backs and recovery like any other work — and
+runs it with the agent's `Runner` (`Runner.drain`, one turn). That work ends by queueing the next input's turn,
+so the inputs run one after another, in their order, whichever workers take them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from waypoint.engine import Runner
+from waypoint.engine.agents.turns import drainable, keeps_inputs, look
+
+from .queue import QueueError, RunQueue
+
+__all__ = ["runners_of", "queue_next_input"]
+
+log = logging.getLogger("waypoint.worker")
+
+
+def runners_of(graphs: Mapping[str, Any], store: Any) -> dict[str, Runner]:
+    """A Runner for each graph an agent compiled (the ones whose chats take queued input)."""
+    if not keeps_inputs(store):
+        return {}
+    return {name: Runner.of(app) for name, app in graphs.items() if getattr(app, "agent", None) is not None}
+
+
+async def queue_next_input(queue: RunQueue, runner: Runner, graph: str, checkpoint_id: str) -> bool:
+    """Queue the turn of the chat's next queued input if one may start now (its turn ended); whether it did. One
+    indexed read when none was ever queued."""
+    store = runner.store
+    if not await store.queued_inputs(checkpoint_id, after=0):
+        return False
+    found = await look(runner.app, store, checkpoint_id)
+    if not drainable(found):
+        return False
+    try:
+        await queue._take_input(checkpoint_id, graph, found.version)
+    except QueueError as err:  # work for the run is queued or running already: its end takes the input
+        log.info("run '%s': its next queued input waits for the work queued for it (%s)", checkpoint_id, err)
+        return False
+    log.info("run '%s': queued the turn of its input %d for the workers", checkpoint_id, found.waiting[0].n)
+    return True

@@ -24,6 +24,7 @@ from waypoint.engine import GraphInterrupted, Shutdown, WaypointError
 from waypoint.engine.agents.middleware import StoredMessage
 from waypoint.engine.agents.turns import keeps_inputs
 from waypoint.engine.codec.jsonable import tool_arguments
+from waypoint.stores.relay import Relay
 
 from ._events import EventLog, Logs
 from ._targets import Target
@@ -69,6 +70,8 @@ class Execution:
         self.written_at: float | None = None
         self.task: asyncio.Task | None = None
         self.on_claim: Any = None
+        self.relay: Any = None
+        """Its live events (tokens) written to the store's relayed log, for readers on other services."""
 
     @property
     def run(self) -> tuple[str, float | None]:
@@ -132,6 +135,7 @@ class Executor:
         log = EventLog() if how in ("start", "queued") else self.logs.current(checkpoint_id, created_at)
         ex = Execution(checkpoint_id, target, log, self.logs, how, self.store)
         ex.on_claim = self._claimed
+        ex.relay = Relay(self.store, checkpoint_id, target.app.name)  # its tokens, for readers on other services
         if target.runner is not None:
             events = self._agent_events(ex, input, resume, takeover, force_new_run, expected_version, on_busy, by)
             body = self._drive_agent(ex, events)
@@ -141,7 +145,7 @@ class Executor:
                 options["force_new_run"] = force_new_run
             else:
                 options.update(resume=resume, expected_version=expected_version)
-            body = self._drive_graph(ex, target.app.aevents(input, callbacks=[ex], streaming=True, **options))
+            body = self._drive_graph(ex, target.app.aevents(input, callbacks=[ex, ex.relay], streaming=True, **options))
         self.launched[checkpoint_id] = self.launched.get(checkpoint_id, 0) + 1
         ex.task = asyncio.create_task(self._run(ex, body), name=f"waypoint-service:{how}:{checkpoint_id}",
                                       context=self.shutdown.context())
@@ -156,12 +160,14 @@ class Executor:
                       expected_version: int | None, on_busy: str, by: str | None) -> AsyncIterator[Any]:
         runner, cid = ex.target.runner, ex.checkpoint_id
         # take_queued=False: a queued input's turn is an execution of its own, launched when this one ends (_next)
+        callbacks = [ex, ex.relay]
         if ex.how == "start":
             return runner.run(input, checkpoint_id=cid, force_new_run=force_new_run, on_busy=on_busy, by=by,
-                              take_queued=False, callbacks=[ex])
+                              take_queued=False, callbacks=callbacks)
         if ex.how == "queued":
-            return runner.drain(cid, turns=1, after=0, callbacks=[ex])  # after=0: one read when none was queued
-        options = {"takeover": takeover, "expected_version": expected_version, "take_queued": False, "callbacks": [ex]}
+            return runner.drain(cid, turns=1, after=0, callbacks=callbacks)  # after=0: one read when none was queued
+        options = {"takeover": takeover, "expected_version": expected_version, "take_queued": False,
+                   "callbacks": callbacks}
         if isinstance(resume, dict):
             return runner.resume_with_params(cid, resume, **options)
         return runner.resume(cid, **options)
@@ -174,6 +180,7 @@ class Executor:
             error = asyncio.CancelledError()
             raise
         finally:
+            await ex.relay.aclose()
             await self._finish(ex, error)
 
     async def _finish(self, ex: Execution, error: BaseException | None) -> None:

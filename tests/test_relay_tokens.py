@@ -249,3 +249,26 @@ async def test_a_relay_that_lost_the_run_stops_relaying_and_says_so(caplog):
     _o, _n, rows = await store.read_events("lost-1", incarnation=head.created_at)
     assert "late" not in "".join(d for *_x, d in rows)
     assert any("run 'lost-1'" in r.getMessage() and "no longer relayed" in r.getMessage() for r in caplog.records)
+
+
+def test_tokens_of_a_run_another_service_executes_reach_a_reader_of_this_one_once(tmp_path, procs):
+    """No queue: service A executes the run, service B (same SQLite file) only follows it from the store."""
+    db = str(tmp_path / "runs.db")
+    desk = tmp_path / "desk"
+    desk.mkdir()
+    args = {"agents": "desk_agent:talk", "db": db, "env": {"DESK_DIR": str(desk)}}
+    with ServeProcess(tmp_path, **args) as a, ServeProcess(tmp_path, **args) as b, a.client() as c:
+        started = c.post("/runs", json={"agent": "talk", "input": "0-20 @g1 20-40", "checkpoint_id": "tok-a"})
+        assert started.status_code == 201, started.text
+        local = Stream(a, "/runs/tok-a/events", started.json()["last_event_id"])
+        local.wait_for("token", lambda d: d["text"] == "w19 ")
+        wait_until(lambda: _relayed_count(db, None, "tok-a") >= 20, 30, "w0-w19 relayed by service A")
+        elsewhere = Stream(b, "/runs/tok-a/events")  # B executes nothing: the tokens come from the relayed log
+        assert elsewhere.wait_for("snapshot")["status"] == "running"
+        (desk / "g1").touch()
+        assert elsewhere.wait_for("end")["status"] == "completed"
+        assert elsewhere.wait_for("message")["content"] == "".join(_words(0, 40))
+        assert _tokens(elsewhere) == _words(20, 40)  # the ones after it came: each once, none before its snapshot
+        assert _tokens(local) == _words(0, 40)
+        local.close()
+        elsewhere.close()

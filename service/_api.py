@@ -174,6 +174,8 @@ class _Api:
                 data = _messages(_AGENT_INPUT.validate_python(body.input))
             except ValidationError:
                 return invalid(["body", "input"], "an agent's input is text or a list of {role, content} messages")
+            if isinstance(data, list) and not data:
+                return invalid(["body", "input"], "an agent's input is text or a list of at least one message")
         cid = body.checkpoint_id or uuid.uuid4().hex
         on_busy = body.on_busy or self.state.on_busy
         if on_busy != "reject" and target.kind != "agent":

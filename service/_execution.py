@@ -243,8 +243,8 @@ class Executor:
                     await self._output(ex, event.output, path)
                 elif event.action is not None:
                     self._action(ex, event.action, path)
-        except WaypointError as err:  # the run did not start (the Runner raises what means "nothing ran")
-            return err
+        except (WaypointError, ValueError) as err:  # the run did not start (the Runner raises what means "nothing
+            return err                                  # ran"; a store refuses bad input with ValueError)
         return None
 
     async def _output(self, ex: Execution, out: Any, path: list[str]) -> None:
@@ -308,6 +308,9 @@ class Executor:
         cancelled: each is left `running`, its lease ended, for the next process to continue."""
         tasks = list(self.tasks)
         self.shutdown.request()
+        if tasks:
+            log.info("service: stopping %d run(s) in flight at their next step boundary (within %.1f s): %s",
+                     len(tasks), drain, ", ".join(sorted(t.get_name().rsplit(":", 1)[-1] for t in tasks)))
         if tasks and drain > 0:
             await asyncio.wait(tasks, timeout=drain)
         left = [t for t in tasks if not t.done()]

@@ -93,15 +93,18 @@ class Dispatcher:
             if queued is not None:
                 sub.claimed.set_result(Outcome(status="queued", queued=queued))
                 return sub
-            found = await self.store.history(checkpoint_id, limit=1)  # its turn ended meanwhile: a start after all
-            base = found[0].version if found else None
-            sub.base = base
+            found = await self.store.history(checkpoint_id, limit=1)  # not executing: a start after all
+            head = found[0] if found else None
+            base = sub.base = head.version if head is not None else None
+            if on_busy in ("interrupt", "rollback") and head is not None and head.status != "completed":
+                force_new_run = True  # paused, cancelled or failed: the new input gives that turn up
         self.watcher.expect(checkpoint_id, log, base)
         try:
             kept = None
             if target.runner is not None:
                 new = as_messages(input)
-                input = await target.runner.input_for(new, checkpoint_id=checkpoint_id, force_new_run=force_new_run)
+                input = await target.runner.input_for(new, checkpoint_id=checkpoint_id, force_new_run=force_new_run,
+                                                      rollback=on_busy == "rollback")
                 kept = len(input) - len(new)
             workers = await self.queue.submit(target.app.name, input, checkpoint_id, force_new_run=force_new_run,
                                               expected_version=base, kept=kept)

@@ -1,7 +1,8 @@
 """Automatic recovery in the service: runs of the served agents and graphs whose process died are continued
 here, with nobody calling resume (`waypoint.engine.recover`, engine/keep/recovery.py, says which and how).
 
-The service starts it with its lifespan and stops it before cancelling its executions. Each run it
+The service starts it with its lifespan and stops it before cancelling its executions. Beside it, a look every
+`INPUTS_EVERY` seconds for chats whose turn ended with queued inputs nobody took (`take_waiting_inputs`). Each run it
 continues is one of the service's own executions (a resume with no answers — or, for a pause whose deadline
 passed, the answers its deadline gives — claimed by compare-and-set on the version recovery judged), so its
 events reach the run's event stream and the page like any other.
@@ -10,6 +11,7 @@ events reach the run's event stream and the page like any other.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from waypoint.engine import recover
@@ -17,12 +19,16 @@ from waypoint.engine.keep.recovery import MAX_ATTEMPTS
 
 from ._state import ServiceState
 
-__all__ = ["start_recovery", "stop_recovery"]
+__all__ = ["start_recovery", "stop_recovery", "take_waiting_inputs"]
+
+log = logging.getLogger("waypoint.service")
 
 EVERY = 1.0
 """Seconds between looks for runs to recover."""
 CONCURRENCY = 4
 """Runs recovery continues at once (more wait their turn)."""
+INPUTS_EVERY = 2.0
+"""Seconds between looks for chats whose queued inputs nobody took."""
 
 
 def start_recovery(state: ServiceState, *, max_attempts: int = MAX_ATTEMPTS, every: float = EVERY,
@@ -41,8 +47,33 @@ def start_recovery(state: ServiceState, *, max_attempts: int = MAX_ATTEMPTS, eve
         return f"continued by this service: now {found[0].status if found else 'deleted'}"
 
     apps = [t.app for t in state.targets.values()]
-    return asyncio.create_task(recover(apps, watch=True, every=every, concurrency=concurrency,
-                                       max_attempts=max_attempts, execute=execute), name="waypoint-recovery")
+
+    async def both() -> None:
+        await asyncio.gather(recover(apps, watch=True, every=every, concurrency=concurrency, max_attempts=max_attempts,
+                                     execute=execute), take_waiting_inputs(state))
+
+    return asyncio.create_task(both(), name="waypoint-recovery")
+
+
+async def take_waiting_inputs(state: ServiceState, every: float = INPUTS_EVERY) -> None:
+    """Chats whose turn ended with inputs nobody took (the process that ended it stopped before it could take them:
+    a drain at shutdown, a crash between turns): each next input runs here as a turn, as after any turn."""
+    store = state.store
+    if getattr(store, "waiting_inputs", None) is None:
+        return
+    while True:
+        try:
+            for cid in await store.waiting_inputs(limit=100):
+                if cid in state.executor.launched:
+                    continue
+                head = await store.history(cid, limit=1)
+                target = state.target_of(head[0]) if head else None
+                if target is not None and target.runner is not None:
+                    state.executor.launch(target, cid, "queued")
+        except Exception as err:  # noqa: BLE001 - said; the next look tries again
+            log.warning("service: looking for chats whose queued inputs wait failed (%s: %s)", type(err).__name__, err)
+        await asyncio.sleep(every)
+
 
 
 async def stop_recovery(task: asyncio.Task | None) -> None:

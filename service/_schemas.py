@@ -39,6 +39,16 @@ CheckpointId = Annotated[str, Field(min_length=1, max_length=512, description="t
                                     "control characters, not '.' or '..'"),
                          AfterValidator(_run_id)]
 InterruptId = Annotated[str, Field(min_length=1, max_length=256, description="a pending interrupt's ID")]
+
+
+def _who(text: str) -> str:
+    for ch in text:
+        if unicodedata.category(ch) in ("Cc", "Cs"):
+            raise ValueError(f"who asks may not contain control characters or lone surrogates (found U+{ord(ch):04X})")
+    return text
+
+
+Who = Annotated[str, Field(max_length=200), AfterValidator(_who)]
 Version = Annotated[int, Field(ge=1, le=MAX_VERSION)]
 
 
@@ -66,8 +76,8 @@ class StartRun(_Body):
         None, description="an agent's chat whose turn is executing (anywhere): `reject` (409), or queue this input "
         "(202, status \"queued\") to run after the turn (`enqueue`), after stopping it at its next step (`interrupt`) "
         "or after stopping and dropping it (`rollback`); default: the service's (`waypoint serve --on-busy`)")
-    by: str | None = Field(None, max_length=200, description="who sends a queued input, as its record shows it "
-                           "(default: the service's API); shown, never trusted")
+    by: Who | None = Field(None, description="who sends a queued input, as its record shows it (default: the "
+                           "service's API); no control characters; shown, never trusted")
 
 
 class Approve(_Body):
@@ -127,8 +137,8 @@ class CancelRun(_Body):
     when: str = Field("now", max_length=300, description="`now` (a tool call in flight is abandoned and runs again "
                       "when the run is continued), `after_step`, for agents `after_tool_calls` or `after_model_call`, "
                       "or `after:<node>`")
-    by: str | None = Field(None, max_length=200, description="who asks, as the run's record shows it (default: the "
-                           "service's API); shown, never trusted")
+    by: Who | None = Field(None, description="who asks, as the run's record shows it (default: the service's API); "
+                           "no control characters; shown, never trusted")
 
 
 class CancelAccepted(BaseModel):

@@ -11,7 +11,7 @@ from waypoint.engine.keep.store import MAX_INPUT_BYTES, QueuedInput
 from ._common import RESTORE, check_cancellable, check_input
 from ._sql import DB, _lock_run, now_sql
 
-__all__ = ["queue_input", "queued_inputs", "InputMethods"]
+__all__ = ["queue_input", "queued_inputs", "waiting_inputs", "InputMethods"]
 
 T = TypeVar("T")
 
@@ -40,6 +40,15 @@ def queued_inputs(db: DB, checkpoint_id: str, after: int) -> list[QueuedInput]:
     return [_input(row) for row in rows]
 
 
+def waiting_inputs(db: DB, limit: int) -> list[str]:
+    rows = db.rows(
+        "SELECT i.checkpoint_id FROM waypoint_inputs i JOIN waypoint_checkpoints c ON c.checkpoint_id = i.checkpoint_id "
+        "AND c.version = (SELECT MAX(m.version) FROM waypoint_checkpoints m WHERE m.checkpoint_id = i.checkpoint_id) "
+        "WHERE c.status <> 'running' AND i.queued_at > c.created_at GROUP BY i.checkpoint_id "
+        "ORDER BY MIN(i.queued_at) LIMIT :k", {"k": int(limit)})
+    return [row[0] for row in rows]
+
+
 def _input(row: Sequence) -> QueuedInput:
     cid, n, policy, by, at, payload = row
     payload = bytes(payload) if isinstance(payload, (bytes, bytearray, memoryview)) else payload
@@ -63,3 +72,7 @@ class InputMethods:
     async def queued_inputs(self, checkpoint_id: str, *, after: int = 0) -> list[QueuedInput]:
         """The run's inputs numbered above `after`, oldest first (at most 100 at a time)."""
         return await self._call(queued_inputs, checkpoint_id, after)
+
+    async def waiting_inputs(self, *, limit: int = 100) -> list[str]:
+        """Runs at rest with an input queued after their newest run began: ones it may still wait to be taken."""
+        return await self._call(waiting_inputs, limit)

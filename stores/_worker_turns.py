@@ -4,21 +4,27 @@ New input sent while a chat's turn executes in a worker is queued in the store (
 records that turn's work, it queues the turn of the next input as work of its own (`kind` "input") if one may
 start now, so any worker takes it — with the queue's claims, hand-backs and recovery like any other work — and
 runs it with the agent's `Runner` (`Runner.drain`, one turn). That work ends by queueing the next input's turn,
-so the inputs run one after another, in their order, whichever workers take them.
+so the inputs run one after another, in their order, whichever workers take them. Inputs a turn's end could not
+hand on (its worker stopped first) are found by a look every `INPUTS_EVERY` seconds (`take_waiting_inputs`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from waypoint.engine import Runner
 from waypoint.engine.agents.turns import drainable, keeps_inputs, look
+from waypoint.engine.keep.checkpoint import fingerprint
 
 from .queue import QueueError, RunQueue
 
-__all__ = ["runners_of", "queue_next_input"]
+__all__ = ["runners_of", "queue_next_input", "take_waiting_inputs", "INPUTS_EVERY"]
+
+INPUTS_EVERY = 2.0
+"""Seconds between a worker's looks for chats whose queued inputs nobody took."""
 
 log = logging.getLogger("waypoint.worker")
 
@@ -46,3 +52,24 @@ async def queue_next_input(queue: RunQueue, runner: Runner, graph: str, checkpoi
         return False
     log.info("run '%s': queued the turn of its input %d for the workers", checkpoint_id, found.waiting[0].n)
     return True
+
+
+async def take_waiting_inputs(queue: RunQueue, runners: Mapping[str, Runner], busy: Callable[[], set[str]],
+                              woke: Callable[[], None], every: float = INPUTS_EVERY) -> None:
+    """Chats of `runners`' agents whose turn ended with inputs nobody took (the worker that ended it stopped first:
+    a drain, a crash between turns): queue each next input's turn, as a turn's end does. `busy()`: runs this
+    worker executes now; `woke()`: after queueing one."""
+    store = queue.store
+    if not runners or getattr(store, "waiting_inputs", None) is None:
+        return
+    by_fingerprint = {fingerprint(runner.app.structure): name for name, runner in runners.items()}
+    while True:
+        try:
+            for cid in await store.waiting_inputs(limit=100):
+                head = await store.history(cid, limit=1)
+                name = by_fingerprint.get(head[0].fingerprint) if head else None
+                if name is not None and cid not in busy() and await queue_next_input(queue, runners[name], name, cid):
+                    woke()
+        except Exception as err:  # noqa: BLE001 - said; the next look tries again
+            log.warning("worker: looking for chats whose queued inputs wait failed (%s: %s)", type(err).__name__, err)
+        await asyncio.sleep(every)

@@ -243,6 +243,15 @@ class MemoryStore(RelayMemory):
     async def queued_inputs(self, checkpoint_id: str, *, after: int = 0) -> list[QueuedInput]:
         return self._inputs.get(checkpoint_id, [])[max(0, int(after)):][:100]
 
+    async def waiting_inputs(self, *, limit: int = 100) -> list[str]:
+        found = []
+        for cid, inputs in self._inputs.items():
+            versions = self._versions.get(cid)
+            head = versions[_newest(versions)][0] if versions else None
+            if head is not None and head.status != "running" and any(q.queued_at > head.created_at for q in inputs):
+                found.append((min(q.queued_at for q in inputs if q.queued_at > head.created_at), cid))
+        return [cid for _, cid in sorted(found)[:limit]]
+
     async def close(self) -> None:
         return None
 

@@ -63,7 +63,7 @@ from waypoint.engine.keep.lease import reserve as reserve_renewals
 from waypoint.engine.keep.recovery import give_up, recover
 from waypoint.engine.keep.shutdown import Shutdown
 
-from ._worker_turns import queue_next_input, runners_of
+from ._worker_turns import queue_next_input, runners_of, take_waiting_inputs
 from .queue import QueueError, RunQueue
 from .relay import Relay
 
@@ -337,7 +337,8 @@ class Worker:
             await asyncio.sleep(self.lease_seconds / 3)
 
     async def _recover(self) -> None:
-        """Queue the continuation of this worker's graphs' runs whose process died (engine/keep/recovery.py)."""
+        """Queue the continuation of this worker's graphs' runs whose process died (engine/keep/recovery.py), and the
+        turns of chats' inputs nobody took (stores/_worker_turns.py)."""
         async def execute(app: Any, meta: Any, *, resume: Any = None) -> str:
             try:
                 await self.queue.resume(meta.checkpoint_id, resume, expected_version=meta.version, graph=app.name)
@@ -351,8 +352,14 @@ class Worker:
                 self._wake.set()
             return said
 
-        await recover(list(self.graphs.values()), watch=True, every=self.poll, concurrency=self.concurrency,
-                      max_attempts=self.max_attempts, execute=execute)
+        def woke() -> None:
+            if self._wake is not None:
+                self._wake.set()
+
+        await asyncio.gather(
+            recover(list(self.graphs.values()), watch=True, every=self.poll, concurrency=self.concurrency,
+                    max_attempts=self.max_attempts, execute=execute),
+            take_waiting_inputs(self.queue, self.runners, lambda: {i.checkpoint_id for i in self._tasks.values()}, woke))
 
     async def _drain(self) -> None:
         if self._tasks and not self._cancel_now:

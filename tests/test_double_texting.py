@@ -9,7 +9,16 @@ import threading
 
 import pytest
 
-from waypoint.engine import ChatModelAgent, CheckpointConflict, Message, Runner, ToolCall, ToolContext, tool
+from waypoint.engine import (
+    ChatModelAgent,
+    CheckpointConflict,
+    Interrupt,
+    Message,
+    Runner,
+    ToolCall,
+    ToolContext,
+    tool,
+)
 from waypoint.stores import SQLiteStore
 
 
@@ -129,4 +138,96 @@ async def test_an_input_is_queued_only_while_the_run_executes(tmp_path):
         await store.queue_input("c", b"x", policy="enqueue", by="me")
     await store.delete("c")
     assert await store.queued_inputs("c") == []
+    await store.close()
+
+
+async def test_a_rollback_queued_behind_an_enqueue_drops_the_turn_it_stopped_and_both_run_in_order(tmp_path, seen):
+    store = SQLiteStore(str(tmp_path / "runs.db"))
+    gate, started = asyncio.Event(), asyncio.Event()
+    runner = _chat(store, gate, started)
+    first = asyncio.create_task(_collect(runner.run("one", checkpoint_id="c")))
+    await asyncio.wait_for(started.wait(), 30)
+    [queued_two] = await _collect(runner.run("two", checkpoint_id="c", on_busy="enqueue"))
+    [queued_three] = await _collect(runner.run("three", checkpoint_id="c", on_busy="rollback"))
+    assert (queued_two.action.queued.n, queued_three.action.queued.n) == (1, 2)
+    await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, seen.cancel.wait, 30), 35)
+    gate.set()  # for the turns after it
+    events = await asyncio.wait_for(first, 60)
+    assert [e.action.taken.n for e in events if e.action and e.action.taken] == [1, 2]
+    snap = await runner.app.get_run("c")
+    assert _said(snap.state.messages) == ["two", "answer to two", "three", "answer to three"]
+    assert [m.content for m in snap.state.messages if m.role == "tool"] == ["done", "done"]  # none of turn one's
+    await store.close()
+
+
+def _pausing_chat(store, gate: asyncio.Event, started: asyncio.Event) -> Runner:
+    """`work` waits for the gate, then pauses (once: later calls finish)."""
+    calls = []
+
+    @tool
+    async def work(ctx: ToolContext) -> str:
+        """Work."""
+        calls.append(1)
+        started.set()
+        await gate.wait()
+        if len(calls) == 1:
+            raise Interrupt("needs a person")
+        return "done"
+
+    return Runner(ChatModelAgent(name="chat", model=Echo(), tools=[work]), store=store)
+
+
+async def _paused_with_input(tmp_path):
+    store = SQLiteStore(str(tmp_path / "runs.db"))
+    gate, started = asyncio.Event(), asyncio.Event()
+    runner = _pausing_chat(store, gate, started)
+    first = asyncio.create_task(_collect(runner.run("one", checkpoint_id="c")))
+    await asyncio.wait_for(started.wait(), 30)
+    [queued] = await _collect(runner.run("two", checkpoint_id="c", on_busy="enqueue"))
+    gate.set()
+    events = await asyncio.wait_for(first, 60)
+    assert any(e.action and e.action.paused for e in events) and queued.action.queued.n == 1
+    return store, runner
+
+
+async def test_an_input_that_gives_a_paused_turn_up_runs_after_the_inputs_queued_before_it(tmp_path):
+    store, runner = await _paused_with_input(tmp_path)  # paused, with "two" queued (enqueue) while it ran
+    events = await _collect(runner.run("four", checkpoint_id="c", force_new_run=True))
+    assert [e.action.taken.n for e in events if e.action and e.action.taken] == [1]
+    said = _said((await runner.app.get_run("c")).state.messages)
+    assert said == ["one", "two", "answer to two", "four", "answer to four"]  # "two" first: it was queued first
+    await store.close()
+
+
+@pytest.mark.parametrize("policy", ["interrupt", "rollback"])
+async def test_interrupt_or_rollback_on_a_paused_chat_gives_the_pause_up(tmp_path, policy):
+    store = SQLiteStore(str(tmp_path / "runs.db"))
+    gate, started = asyncio.Event(), asyncio.Event()
+    gate.set()
+    runner = _pausing_chat(store, gate, started)
+    events = await _collect(runner.run("one", checkpoint_id="c"))
+    assert any(e.action and e.action.paused for e in events)
+    with pytest.raises(Exception, match="on_busy='interrupt' gives that turn up"):
+        await _collect(runner.run("two", checkpoint_id="c", on_busy="enqueue"))  # a pause is no end of turn
+    await _collect(runner.run("three", checkpoint_id="c", on_busy=policy))
+    said = _said((await runner.app.get_run("c")).state.messages)
+    assert said == (["one", "three", "answer to three"] if policy == "interrupt" else ["three", "answer to three"])
+    assert await runner.pending("c") == []
+    await store.close()
+
+
+async def test_an_input_that_does_not_decode_is_said_once_per_input_and_never_skipped(tmp_path):
+    store = SQLiteStore(str(tmp_path / "runs.db"))
+    gate, started = asyncio.Event(), asyncio.Event()
+    runner = _chat(store, gate, started)
+    first = asyncio.create_task(_collect(runner.run("one", checkpoint_id="c")))
+    await asyncio.wait_for(started.wait(), 30)
+    await store.queue_input("c", b"\xc1 not a record", policy="enqueue", by="someone")
+    gate.set()
+    events = await asyncio.wait_for(first, 60)
+    errors = [e.error for e in events if e.error is not None]
+    assert len(errors) == 1 and "queued input 1 does not decode" in str(errors[0])
+    later = await _collect(runner.run("two", checkpoint_id="c"))  # said again, once; "two" does not jump it
+    assert [str(e.error)[:40] for e in later if e.error] == [str(errors[0])[:40]] and len(later) == 1
+    assert _said((await runner.app.get_run("c")).state.messages) == ["one", "answer to one"]
     await store.close()

@@ -154,3 +154,35 @@ def test_on_busy_is_refused_where_it_means_nothing(tmp_path):
         assert on_graph.status_code == 422 and "is a graph" in on_graph.text, on_graph.text
         bogus = c.post("/runs", json={"agent": "ops", "input": "hi", "on_busy": "later"}, headers=headers)
         assert bogus.status_code == 422 and "on_busy" in bogus.text
+        for who in ("a\x00b", "line\nbreak"):  # never a 500, never stored
+            hostile = c.post("/runs", json={"agent": "ops", "input": "hi", "checkpoint_id": "h", "on_busy": "enqueue",
+                                            "by": who}, headers=headers)
+            assert hostile.status_code == 422 and hostile.json()["detail"][0]["loc"] == ["body", "by"], hostile.text
+        empty = c.post("/runs", json={"agent": "ops", "input": [], "checkpoint_id": "h"}, headers=headers)
+        assert empty.status_code == 422 and "at least one message" in empty.text, empty.text
+        assert c.get("/runs/h", headers=headers).status_code == 404
+
+
+def test_an_input_queued_for_a_turn_that_completes_in_a_shutdowns_drain_runs_on_the_next_service(tmp_path):
+    """The service stops before it can take the input after the turn it finished while draining: another takes it."""
+    chat = tmp_path / "chat"
+    chat.mkdir()
+    env = {"CHAT_DIR": str(chat)}
+    db = str(tmp_path / "runs.db")
+    with ServeProcess(tmp_path, agents="chat_turns:build", db=db, env=env) as a, \
+            ServeProcess(tmp_path, agents="chat_turns:build", db=db, env=env) as b, a.client() as ca, b.client() as cb:
+        (chat / "hold-answer-7").touch()
+        (chat / "gate-7").touch()
+        assert ca.post("/runs", json={"input": "hold 7", "checkpoint_id": "chat"}).status_code == 201
+        wait_until(lambda: ["answering", "7"] in [w[:2] for w in lines(chat)], TIMEOUT, "the last step held")
+        got = cb.post("/runs", json={"input": "after the drain", "checkpoint_id": "chat", "on_busy": "enqueue"})
+        assert got.status_code == 202, got.text
+        a.proc.terminate()  # SIGTERM: A drains the step in flight, then stops
+        wait_until(lambda: ["stopping"] in [w[:1] for w in lines(chat)], TIMEOUT, "A's drain began")
+        (chat / "gate-answer-7").touch()  # the turn completes inside the drain
+        a.proc.wait(TIMEOUT)
+        said = settled(cb, "chat", "answered after the drain")
+        assert said == [("user", "hold 7"), ("assistant", ""), ("tool", "noted 7"), ("assistant", "answered 7"),
+                        ("user", "after the drain"), ("assistant", "answered after the drain")]
+        models = [w for w in lines(chat) if w[:2] == ["model", '"after']]
+        assert [w[-1] for w in models] == [str(b.proc.pid)]  # once, on the service that was left

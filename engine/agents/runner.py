@@ -29,7 +29,7 @@ from ..tools.node import ToolEvent
 from ..tools.verbs import Decision
 from .middleware import RetryNotice, StoredMessage
 from .paths import AgentPaths, Where
-from .turns import check_on_busy, drainable, keeps_inputs, look, queue, rollback_to
+from .turns import Look, check_on_busy, drainable, keeps_inputs, look, queue, rollback_to
 
 __all__ = ["Runner", "AgentEvent", "AgentOutput", "AgentAction", "ToolRerun"]
 
@@ -222,11 +222,18 @@ class Runner:
         root = (self.agent.name,)
         for _ in range(_LOOKS):
             found = await look(self.app, self.store, checkpoint_id)
-            if drainable(found):  # inputs queued before a turn that ended without taking them: theirs come first
+            over = force_new_run or policy in ("interrupt", "rollback")  # this input may give the stopped turn up
+            if drainable(found) or (over and found.waiting and not found.active):
+                # inputs queued before a turn that ended (or is given up now) without taking them: theirs come first
                 log.warning("run '%s': %d queued input(s) waited after its last turn ended; running them first",
                             checkpoint_id, len(found.waiting))
-                async for event in self.drain(checkpoint_id, callbacks=callbacks):
-                    yield event
+                failed = False
+                async with contextlib.aclosing(self._drain(checkpoint_id, callbacks, None, None, over=over)) as events:
+                    async for event in events:
+                        failed = failed or event.error is not None
+                        yield event
+                if failed:  # said in the event; running this input now would jump the one that failed
+                    return
                 continue
             if policy != "reject" and found.active:
                 queued = await queue(self.app, self.store, checkpoint_id, new, policy, by)
@@ -234,28 +241,47 @@ class Runner:
                     continue  # its turn ended before the store took the input: look again
                 yield AgentEvent(agent_name=self.agent.name, run_path=root, action=AgentAction(queued=queued))
                 return
-            history = self._history(found.snap, force_new_run) if found.snap is not None else []
-            if history and found.snap.meta.status != "completed" and hasattr(self.agent, "tools_node"):
-                history = _close_abandoned(history, await self._finished_calls(checkpoint_id))
-            options = {"checkpoint_id": checkpoint_id, "force_new_run": force_new_run,
-                       "expected_version": found.version, "turn": {"input": found.taken, "kept": len(history)}}
-            started = False
-            try:
-                async with contextlib.aclosing(self._events([*history, *new], options, callbacks)) as events:
+            try:  # closing this iterator (or cancelling its consumer) cancels the run
+                async with contextlib.aclosing(self._turn(checkpoint_id, found, new, force_new_run, policy,
+                                                          callbacks)) as events:
                     async for event in events:
-                        started = True
                         yield event
-            except CheckpointConflict:
-                if started or policy == "reject":
-                    raise
-                continue  # the run moved on between the look and the claim (another turn began): look again
+            except _LookAgain:
+                continue
             break
         else:
             raise CheckpointConflict(f"run '{checkpoint_id}' moved on at each of {_LOOKS} looks while this input waited "
                                      "to start or be queued; send it again")
         if take_queued:
-            async for event in self.drain(checkpoint_id, callbacks=callbacks, after=found.taken):
-                yield event
+            async with contextlib.aclosing(self.drain(checkpoint_id, callbacks=callbacks, after=found.taken)) as events:
+                async for event in events:
+                    yield event
+
+    async def _turn(self, checkpoint_id: str, found: Any, new: list[Message], force_new_run: bool, policy: str,
+                    callbacks: Sequence[Any]) -> AsyncIterator[AgentEvent]:
+        """A new turn of the chat `found` on `new`, claimed by compare-and-set on the version looked at; `_LookAgain`
+        when another turn began meanwhile (and the input may still be queued for it)."""
+        stopped = _stopped(found)
+        if policy in ("interrupt", "rollback") and stopped:  # paused, cancelled or failed: given up for this input
+            force_new_run = True
+        history = await self._before_turn(found, force_new_run, policy == "rollback" and stopped)
+        options = {"checkpoint_id": checkpoint_id, "force_new_run": force_new_run, "expected_version": found.version,
+                   "turn": {"input": found.taken, "kept": len(history)}}
+        started = False
+        try:
+            async with contextlib.aclosing(self._events([*history, *new], options, callbacks)) as events:
+                async for event in events:
+                    started = True
+                    yield event
+        except CheckpointConflict:
+            if started or policy == "reject":
+                raise
+            raise _LookAgain() from None  # the run moved on between the look and the claim (another turn began)
+        except CheckpointExists as err:
+            if started:
+                raise
+            raise CheckpointExists(f"{err} (a chat's new input: on_busy='interrupt' gives that turn up for it, "
+                                   "'rollback' drops it)") from None
 
     async def drain(self, checkpoint_id: str, *, callbacks: Sequence[Any] = (), turns: int | None = None,
                     after: int | None = None) -> AsyncIterator[AgentEvent]:
@@ -263,6 +289,14 @@ class Runner:
         ended — at most `turns` of them (None: all). Each turn begins with an action whose `taken` names its input.
         Nothing when none waits, or the run executes or waits for an answer. `after`: the last input taken when the
         turn that just ended began (nothing queued after it: nothing more to read)."""
+        async with contextlib.aclosing(self._drain(checkpoint_id, callbacks, turns, after)) as events:
+            async for event in events:
+                yield event
+
+    async def _drain(self, checkpoint_id: str, callbacks: Sequence[Any], turns: int | None, after: int | None, *,
+                     over: bool = False) -> AsyncIterator[AgentEvent]:
+        """`drain`; `over`: the first input may also give up a turn that stopped without ending (paused, or its
+        process gone), as a new input with `force_new_run` would — the inputs queued before it go first."""
         if not keeps_inputs(self.store):
             return
         if after is not None and not await self.store.queued_inputs(checkpoint_id, after=after):
@@ -272,7 +306,7 @@ class Runner:
         while turns is None or done < turns:
             done += 1
             found = await look(self.app, self.store, checkpoint_id)
-            if not drainable(found):
+            if not drainable(found) and not (over and done == 1 and found.waiting and not found.active):
                 return
             taken = found.waiting[0]
             try:
@@ -282,11 +316,8 @@ class Runner:
                     f"run '{checkpoint_id}': queued input {taken.n} does not decode ({type(err).__name__}: {err}); "
                     "it and the inputs after it wait: delete the run or restore the store"))
                 return
-            history = rollback_to(found) if taken.policy == "rollback" else None
-            if history is None:
-                history = self._history(found.snap, True)
-                if found.snap.meta.status != "completed" and hasattr(self.agent, "tools_node"):
-                    history = _close_abandoned(history, await self._finished_calls(checkpoint_id))
+            # a rollback queued behind this input stopped the turn too: the turn is dropped for the first input after it
+            history = await self._before_turn(found, True, any(q.policy == "rollback" for q in found.waiting))
             options = {"checkpoint_id": checkpoint_id, "force_new_run": True, "expected_version": found.version,
                        "turn": {"input": taken.n, "kept": len(history)}}
             started = False
@@ -303,6 +334,18 @@ class Runner:
                     raise
                 return  # another process took it (or began a turn of its own): its end takes the rest
 
+    async def _before_turn(self, found: Any, force_new_run: bool, drop: bool) -> list[Message]:
+        """The conversation a new turn on the chat `found` starts from: as `_history` gives it, the unfinished
+        turn's calls closed — or, `drop`, as it was before that turn began (`rollback_to`)."""
+        history = rollback_to(found) if drop else None
+        if history is not None:
+            return history
+        snap = found.snap
+        history = self._history(snap, force_new_run) if snap is not None else []
+        if history and snap.meta.status != "completed" and hasattr(self.agent, "tools_node"):
+            history = _close_abandoned(history, await self._finished_calls(snap.meta.checkpoint_id))
+        return history
+
     def _history(self, snap: Any, force_new_run: bool) -> list[Message]:
         """The conversation a new turn goes on from: the last run's when it completed (or, with `force_new_run`,
         as it was stored, its unfinished turn still open)."""
@@ -310,18 +353,16 @@ class Runner:
         return list(snap.state.messages) if usable else []
 
     async def input_for(self, messages: str | Message | Sequence[Message], *, checkpoint_id: str | None = None,
-                        force_new_run: bool = False) -> list[Message]:
+                        force_new_run: bool = False, rollback: bool = False) -> list[Message]:
         """The messages a new run on `checkpoint_id` starts from, as `run` gives them to the agent's graph: the
         conversation the last run ended with when it completed (or, with `force_new_run`, as it was stored,
-        its unfinished turn closed), then `messages`. What to submit to a `RunQueue` so a chat goes on in a
-        worker as it would here."""
+        its unfinished turn closed — with `rollback` too, as it was before that turn began), then `messages`.
+        What to submit to a `RunQueue` so a chat goes on in a worker as it would here."""
         history: list[Message] = []
         if checkpoint_id is not None and self.store is not None:
             last = await self.app.get_run(checkpoint_id)
             if last is not None:
-                history = self._history(last, force_new_run)
-                if history and last.meta.status != "completed" and hasattr(self.agent, "tools_node"):
-                    history = _close_abandoned(history, await self._finished_calls(checkpoint_id))
+                history = await self._before_turn(Look(last), force_new_run, rollback and force_new_run)
         return [*history, *as_messages(messages)]
 
     async def _finished_calls(self, checkpoint_id: str) -> dict[int, str]:
@@ -356,9 +397,10 @@ class Runner:
             async for event in events:
                 yield event
         if take_queued:  # inputs queued while the resumed turn ran go on after it
-            async for event in self.drain(checkpoint_id, callbacks=callbacks,
-                                          after=snap.turn.get("input", 0) if snap else None):
-                yield event
+            after = snap.turn.get("input", 0) if snap else None
+            async with contextlib.aclosing(self.drain(checkpoint_id, callbacks=callbacks, after=after)) as events:
+                async for event in events:
+                    yield event
 
     async def resume_with_params(self, checkpoint_id: str, targets: dict[str, Any], *, takeover: bool = False,
                                  expected_version: int | None = None, take_queued: bool = True,
@@ -370,8 +412,9 @@ class Runner:
             async for event in events:
                 yield event
         if take_queued:  # inputs queued while the resumed turn ran go on after it
-            async for event in self.drain(checkpoint_id, callbacks=callbacks):
-                yield event
+            async with contextlib.aclosing(self.drain(checkpoint_id, callbacks=callbacks)) as events:
+                async for event in events:
+                    yield event
 
     async def pending(self, checkpoint_id: str) -> list[Pending]:
         """What the stored run waits for, without resuming it: one `Pending` per paused call (`id`, `tool`,
@@ -602,3 +645,14 @@ async def _collect(events: AsyncIterator[AgentEvent]) -> list[AgentEvent]:
             raise event.error
         collected.append(event)
     return collected
+
+
+def _stopped(found: Any) -> bool:
+    """The chat's newest turn stopped without completing and no process executes it: paused for an answer,
+    cancelled, failed, or its process gone."""
+    snap = found.snap
+    return snap is not None and not found.active and snap.meta.status != "completed"
+
+
+class _LookAgain(Exception):
+    """A turn's claim lost to another turn that began after the look: look again (the input may be queued now)."""

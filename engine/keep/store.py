@@ -92,6 +92,9 @@ Guarantees every store gives (tests/test_store_contract.py checks them on every 
    twice for one run while it exists. `queued_inputs(checkpoint_id, after=n)` returns the inputs numbered above `n`,
    oldest first. A delete of the run deletes its inputs. The engine decides which inputs a run has taken (the
    number is written in the run's own position when a turn claims it), so the store never marks one.
+   `waiting_inputs(limit=)` (optional too) returns, oldest input first, the runs whose newest version is not
+   `running` and that have an input queued after that version's `created_at` (its run began): every run with an
+   input no turn took is among them (an input a turn took was queued before that turn's run began).
 """
 
 from __future__ import annotations

@@ -5,8 +5,10 @@
 back; any other message T it answers "answered T" at once. `note` waits for the file $CHAT_DIR/gate-K before it
 returns "noted K", so a test holds a turn inside its tool step and releases it as an event. Files under $CHAT_DIR:
 
-- `journal`: "note K start <pid>", "note K done <pid>", "model <last message> <pid>" (each model call), and
-  "asked <when> <pid>" when this process reads a person's cancel request (appended and fsynced).
+- `journal`: "note K start <pid>", "note K done <pid>", "model <last message> <pid>" (each model call),
+  "asked <when> <pid>" when this process reads a person's cancel request, "stopping <pid>" when its service
+  begins its shutdown's drain (appended and fsynced);
+- `hold-answer-K`: if it exists, the answer after "noted K" (the turn's last step) waits for `gate-answer-K`.
 """
 
 from __future__ import annotations
@@ -33,16 +35,19 @@ def journal(*words: str) -> None:
 
 
 class _Asked(logging.Handler):
-    """Journals the moment this process reads a cancel request (engine/keep/lease.py logs it)."""
+    """Journals the moment this process reads a cancel request (engine/keep/lease.py logs it), and the moment its
+    service begins to stop the runs it executes."""
 
     def emit(self, record: logging.LogRecord) -> None:
         if "cancel requested" in record.getMessage():
             journal("asked", str(record.args[-1]) if record.args else "?")
+        elif record.getMessage().startswith("service: stopping"):
+            journal("stopping")
 
 
-_runs = logging.getLogger("waypoint.lease")
-_runs.addHandler(_Asked(level=logging.INFO))
-_runs.setLevel(logging.INFO)
+for _name in ("waypoint.lease", "waypoint.service"):
+    logging.getLogger(_name).addHandler(_Asked(level=logging.INFO))
+    logging.getLogger(_name).setLevel(logging.INFO)
 
 
 @tool
@@ -62,7 +67,12 @@ class TurnModel:
         last = messages[-1]
         journal("model", json.dumps(last.content))
         if last.role == "tool":
-            return Message.assistant(f"answered {last.content.removeprefix('noted ')}")
+            key = last.content.removeprefix("noted ")
+            if os.path.exists(_path(f"hold-answer-{key}")):  # the turn's last step holds until its gate opens
+                journal("answering", key)
+                while not os.path.exists(_path(f"gate-answer-{key}")):
+                    await asyncio.sleep(0.01)
+            return Message.assistant(f"answered {key}")
         if last.content.startswith("hold "):
             key = last.content.removeprefix("hold ")
             return Message.assistant("", tool_calls=[ToolCall(id=f"call_{key}", name="note",

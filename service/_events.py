@@ -75,6 +75,9 @@ class EventLog:
         """The number of the newest relayed event read into it from the store (None: none yet)."""
         self.relay_floor: int | None = None
         """Relayed events of steps after this version are shown in it (set when it begins to relay)."""
+        self.local = False
+        """An execution of this service wrote into it (its tokens are in it already): the ones that execution relayed
+        for other services are not read back into it."""
         self.readers = 0
         self.closed = False
         self._wake = asyncio.Event()

@@ -133,6 +133,7 @@ class Executor:
         resume (`resume`: None, True or `{id: data}`) of the run created at `created_at` (as the resume's checks read
         it), or the turn of an agent's next queued input (`how="queued"`)."""
         log = EventLog() if how in ("start", "queued") else self.logs.current(checkpoint_id, created_at)
+        log.local = True  # its tokens come from this execution, not from the relayed log
         ex = Execution(checkpoint_id, target, log, self.logs, how, self.store)
         ex.on_claim = self._claimed
         ex.relay = Relay(self.store, checkpoint_id, target.app.name)  # its tokens, for readers on other services

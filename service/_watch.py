@@ -228,6 +228,9 @@ class Watcher:
             self._wake.set()
         if run_log.relay_floor is not None or not hasattr(self.store, "read_events"):
             return
+        if run_log.local:  # its tokens came from this service's own execution; what another relays later is news
+            run_log.relay_floor = head.version
+            return
         try:
             _oldest, newest, _rows = await self.store.read_events(head.checkpoint_id, incarnation=head.created_at,
                                                                   after=2**62, limit=1)

@@ -54,10 +54,12 @@ def test_the_first_token_arrives_before_the_run_ends(tmp_path):
 
 
 def _collect(client, path: str, headers: dict, until: str) -> list[tuple[int, str, dict]]:
+    """(the local part of each event's ID, kind, data): a run another service executed (or this one before a restart)
+    relayed its tokens, so its IDs read `<local>.<relayed number>` (service/_events.py)."""
     out = []
     with client.stream("GET", path, headers=headers) as resp:
         for ident, kind, data in events(resp):
-            out.append((int(ident), kind, data))
+            out.append((int(ident.partition(".")[0]), kind, data))
             if kind == until:
                 break
     return out
@@ -171,7 +173,7 @@ def test_events_need_the_token(tmp_path):
 def _first(client, path: str) -> tuple[int, str, dict]:
     with client.stream("GET", path) as resp:
         for ident, kind, data in events(resp):
-            return int(ident), kind, data
+            return int(ident.partition(".")[0]), kind, data  # the local part (as _collect)
     raise AssertionError(f"{path}: no event")
 
 

@@ -116,12 +116,23 @@ class Dispatcher:
         return sub
 
     async def _queue_input(self, target: Target, checkpoint_id: str, input: Any, on_busy: str, by: str) -> Any:
-        """The `QueuedInput` if the chat's turn executes (anywhere) and the store took the input, else None."""
-        runner = target.runner
-        found = await look(runner.app, self.store, checkpoint_id)
-        if not found.active:
-            return None
-        return await queue_input(runner.app, self.store, checkpoint_id, as_messages(input), on_busy, by)
+        """The `QueuedInput` if the chat's turn executes (anywhere) and the store took the input, else None. While
+        work for the chat waits in the run queue (its next turn, not claimed yet), it waits up to `CLAIM_WAIT` for
+        that turn to begin: then the chat is busy, and the input is queued after it."""
+        runner, loop, delay = target.runner, asyncio.get_running_loop(), _LOOK[0]
+        deadline = loop.time() + CLAIM_WAIT
+        while True:
+            found = await look(runner.app, self.store, checkpoint_id)
+            if found.active:
+                queued = await queue_input(runner.app, self.store, checkpoint_id, as_messages(input), on_busy, by)
+                if queued is not None:
+                    return queued
+                continue  # its turn ended before the store took the input: look again
+            work = await self.queue.status(checkpoint_id)
+            if work is None or work.done or loop.time() >= deadline:
+                return None  # not busy: a start (refused while work waits, as any start is)
+            await self.watcher.changed(checkpoint_id, delay)
+            delay = min(delay * 1.5, _LOOK[1])
 
     async def resume(self, target: Target, checkpoint_id: str, answers: Any, *, seen: Any) -> Submission:
         """Submit the resume of the run at version `seen` (the one the answers were checked against) with

@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 from waypoint.engine import recover
+from waypoint.engine.agents.turns import drainable, each_waiting, settled
 from waypoint.engine.keep.recovery import MAX_ATTEMPTS
 
 from ._state import ServiceState
@@ -61,15 +62,18 @@ async def take_waiting_inputs(state: ServiceState, every: float = INPUTS_EVERY) 
     store = state.store
     if getattr(store, "waiting_inputs", None) is None:
         return
+    async def take(cid: str) -> None:
+        if cid in state.executor.launched:
+            return
+        head = await store.history(cid, limit=1)
+        target = state.target_of(head[0]) if head else None
+        if target is not None and target.runner is not None and \
+                drainable(await settled(target.runner.app, store, cid)):
+            state.executor.launch(target, cid, "queued")
+
     while True:
         try:
-            for cid in await store.waiting_inputs(limit=100):
-                if cid in state.executor.launched:
-                    continue
-                head = await store.history(cid, limit=1)
-                target = state.target_of(head[0]) if head else None
-                if target is not None and target.runner is not None:
-                    state.executor.launch(target, cid, "queued")
+            await each_waiting(store, take)
         except Exception as err:  # noqa: BLE001 - said; the next look tries again
             log.warning("service: looking for chats whose queued inputs wait failed (%s: %s)", type(err).__name__, err)
         await asyncio.sleep(every)

@@ -11,7 +11,7 @@ from waypoint.engine.keep.store import MAX_INPUT_BYTES, QueuedInput
 from ._common import RESTORE, check_cancellable, check_input
 from ._sql import DB, _lock_run, now_sql
 
-__all__ = ["queue_input", "queued_inputs", "waiting_inputs", "InputMethods"]
+__all__ = ["queue_input", "queued_inputs", "waiting_inputs", "mark_inputs", "InputMethods"]
 
 T = TypeVar("T")
 
@@ -40,13 +40,24 @@ def queued_inputs(db: DB, checkpoint_id: str, after: int) -> list[QueuedInput]:
     return [_input(row) for row in rows]
 
 
-def waiting_inputs(db: DB, limit: int) -> list[str]:
+def waiting_inputs(db: DB, limit: int, after: str | None) -> list[str]:
+    # at rest (not running), an input not marked taken, none stuck; a pause's enqueued inputs wait for its answer
     rows = db.rows(
         "SELECT i.checkpoint_id FROM waypoint_inputs i JOIN waypoint_checkpoints c ON c.checkpoint_id = i.checkpoint_id "
         "AND c.version = (SELECT MAX(m.version) FROM waypoint_checkpoints m WHERE m.checkpoint_id = i.checkpoint_id) "
-        "WHERE c.status <> 'running' AND i.queued_at > c.created_at GROUP BY i.checkpoint_id "
-        "ORDER BY MIN(i.queued_at) LIMIT :k", {"k": int(limit)})
+        "WHERE i.state = 'waiting' AND c.status <> 'running' AND i.checkpoint_id > :a "
+        "AND NOT (c.status = 'interrupted' AND COALESCE(c.error, '') <> 'cancelled' AND i.policy = 'enqueue') "
+        "AND NOT EXISTS (SELECT 1 FROM waypoint_inputs s WHERE s.checkpoint_id = i.checkpoint_id AND s.state = 'stuck') "
+        "GROUP BY i.checkpoint_id ORDER BY i.checkpoint_id LIMIT :k", {"a": after or "", "k": int(limit)})
     return [row[0] for row in rows]
+
+
+def mark_inputs(db: DB, checkpoint_id: str, upto: int, state: str) -> int:
+    if state not in ("taken", "stuck"):
+        raise ValueError(f"run '{checkpoint_id}': an input is marked 'taken' or 'stuck', not {str(state)[:40]!r}")
+    below = "n <= :u" if state == "taken" else "n = :u"
+    return db.run(f"UPDATE waypoint_inputs SET state = :s WHERE checkpoint_id = :c AND {below} AND state = 'waiting'",
+                  {"c": checkpoint_id, "u": int(upto), "s": state})
 
 
 def _input(row: Sequence) -> QueuedInput:
@@ -73,6 +84,10 @@ class InputMethods:
         """The run's inputs numbered above `after`, oldest first (at most 100 at a time)."""
         return await self._call(queued_inputs, checkpoint_id, after)
 
-    async def waiting_inputs(self, *, limit: int = 100) -> list[str]:
-        """Runs at rest with an input queued after their newest run began: ones it may still wait to be taken."""
-        return await self._call(waiting_inputs, limit)
+    async def waiting_inputs(self, *, limit: int = 100, after: str | None = None) -> list[str]:
+        """Runs at rest with an input not marked taken (guarantee 15), by checkpoint ID, after `after`."""
+        return await self._call(waiting_inputs, limit, after)
+
+    async def mark_inputs(self, checkpoint_id: str, upto: int, *, state: str = "taken") -> int:
+        """Mark the run's waiting inputs up to `upto` taken (or input `upto` stuck); how many it marked."""
+        return await self._call(mark_inputs, checkpoint_id, upto, state, write=True)

@@ -184,11 +184,14 @@ MIGRATIONS: dict[int, list[str]] = {
             checkpoint_id TEXT NOT NULL, n INTEGER NOT NULL, incarnation {real} NOT NULL, base INTEGER NOT NULL,
             kind TEXT NOT NULL, data TEXT NOT NULL, at {real} NOT NULL, PRIMARY KEY (checkpoint_id, n))""",
     ],
-    # Queued inputs (stores/_input_sql.py): new input for a running run, numbered per run, run after its turn.
+    # Queued inputs (stores/_input_sql.py): new input for a running run, numbered per run, run after its turn;
+    # `state`: "waiting", "taken" or "stuck" (a hint the engine writes after the fact, for `waiting_inputs`).
     11: [
         """CREATE TABLE waypoint_inputs (
             checkpoint_id TEXT NOT NULL, n INTEGER NOT NULL, policy TEXT NOT NULL, queued_by TEXT NOT NULL,
-            queued_at {real} NOT NULL, payload {binary} NOT NULL, PRIMARY KEY (checkpoint_id, n))""",
+            queued_at {real} NOT NULL, payload {binary} NOT NULL, state TEXT NOT NULL DEFAULT 'waiting',
+            PRIMARY KEY (checkpoint_id, n))""",
+        "CREATE INDEX waypoint_inputs_waiting ON waypoint_inputs (checkpoint_id) WHERE state <> 'taken'",
     ],
 }
 

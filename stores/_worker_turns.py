@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from waypoint.engine import Runner
-from waypoint.engine.agents.turns import drainable, keeps_inputs, look
+from waypoint.engine.agents.turns import drainable, each_waiting, keeps_inputs, settled
 from waypoint.engine.keep.checkpoint import fingerprint
 
 from .queue import QueueError, RunQueue
@@ -42,7 +42,7 @@ async def queue_next_input(queue: RunQueue, runner: Runner, graph: str, checkpoi
     store = runner.store
     if not await store.queued_inputs(checkpoint_id, after=0):
         return False
-    found = await look(runner.app, store, checkpoint_id)
+    found = await settled(runner.app, store, checkpoint_id)
     if not drainable(found):
         return False
     try:
@@ -63,13 +63,16 @@ async def take_waiting_inputs(queue: RunQueue, runners: Mapping[str, Runner], bu
     if not runners or getattr(store, "waiting_inputs", None) is None:
         return
     by_fingerprint = {fingerprint(runner.app.structure): name for name, runner in runners.items()}
+
+    async def take(cid: str) -> None:
+        head = await store.history(cid, limit=1)
+        name = by_fingerprint.get(head[0].fingerprint) if head else None
+        if name is not None and cid not in busy() and await queue_next_input(queue, runners[name], name, cid):
+            woke()
+
     while True:
         try:
-            for cid in await store.waiting_inputs(limit=100):
-                head = await store.history(cid, limit=1)
-                name = by_fingerprint.get(head[0].fingerprint) if head else None
-                if name is not None and cid not in busy() and await queue_next_input(queue, runners[name], name, cid):
-                    woke()
+            await each_waiting(store, take)
         except Exception as err:  # noqa: BLE001 - said; the next look tries again
             log.warning("worker: looking for chats whose queued inputs wait failed (%s: %s)", type(err).__name__, err)
         await asyncio.sleep(every)

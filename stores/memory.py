@@ -49,6 +49,7 @@ class MemoryStore(RelayMemory):
         self._due: dict[str, float] = {}  # run -> its newest version's deadline
         self._cancels: dict[str, CancelRequest] = {}  # run -> its newest cancel request (guarantee 14)
         self._inputs: dict[str, list[QueuedInput]] = {}  # run -> its queued inputs, numbered from 1 (guarantee 15)
+        self._marks: dict[tuple[str, int], str] = {}  # (run, n) -> "taken" | "stuck" (unmarked: waiting)
 
     async def get(self, checkpoint_id: str, version: int | None = None) -> Checkpoint | None:
         versions = self._versions.get(checkpoint_id)
@@ -181,6 +182,7 @@ class MemoryStore(RelayMemory):
         self._due.pop(checkpoint_id, None)
         self._cancels.pop(checkpoint_id, None)
         self._inputs.pop(checkpoint_id, None)
+        self._marks = {k: v for k, v in self._marks.items() if k[0] != checkpoint_id}
         self._blobs.pop(checkpoint_id, None)
         for key in [k for k in self._ledger if k[0] == checkpoint_id]:
             del self._ledger[key]
@@ -243,14 +245,30 @@ class MemoryStore(RelayMemory):
     async def queued_inputs(self, checkpoint_id: str, *, after: int = 0) -> list[QueuedInput]:
         return self._inputs.get(checkpoint_id, [])[max(0, int(after)):][:100]
 
-    async def waiting_inputs(self, *, limit: int = 100) -> list[str]:
+    async def waiting_inputs(self, *, limit: int = 100, after: str | None = None) -> list[str]:
         found = []
         for cid, inputs in self._inputs.items():
             versions = self._versions.get(cid)
             head = versions[_newest(versions)][0] if versions else None
-            if head is not None and head.status != "running" and any(q.queued_at > head.created_at for q in inputs):
-                found.append((min(q.queued_at for q in inputs if q.queued_at > head.created_at), cid))
-        return [cid for _, cid in sorted(found)[:limit]]
+            if head is None or head.status == "running" or cid <= (after or "") or \
+                    any(self._marks.get((cid, q.n)) == "stuck" for q in inputs):
+                continue
+            paused = head.status == "interrupted" and head.error != "cancelled"
+            if any(self._marks.get((cid, q.n), "waiting") == "waiting" and not (paused and q.policy == "enqueue")
+                   for q in inputs):
+                found.append(cid)
+        return sorted(found)[:limit]
+
+    async def mark_inputs(self, checkpoint_id: str, upto: int, *, state: str = "taken") -> int:
+        if state not in ("taken", "stuck"):
+            raise ValueError(f"run '{checkpoint_id}': an input is marked 'taken' or 'stuck', not {str(state)[:40]!r}")
+        marked = 0
+        for q in self._inputs.get(checkpoint_id, []):
+            if (q.n <= upto if state == "taken" else q.n == upto) and \
+                    self._marks.get((checkpoint_id, q.n), "waiting") == "waiting":
+                self._marks[(checkpoint_id, q.n)] = state
+                marked += 1
+        return marked
 
     async def close(self) -> None:
         return None

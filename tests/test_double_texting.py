@@ -227,7 +227,52 @@ async def test_an_input_that_does_not_decode_is_said_once_per_input_and_never_sk
     events = await asyncio.wait_for(first, 60)
     errors = [e.error for e in events if e.error is not None]
     assert len(errors) == 1 and "queued input 1 does not decode" in str(errors[0])
+    assert await store.waiting_inputs() == []  # marked stuck: no service or worker takes it up again and again
     later = await _collect(runner.run("two", checkpoint_id="c"))  # said again, once; "two" does not jump it
     assert [str(e.error)[:40] for e in later if e.error] == [str(errors[0])[:40]] and len(later) == 1
     assert _said((await runner.app.get_run("c")).state.messages) == ["one", "answer to one"]
+    await store.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+async def test_the_store_lists_every_chat_whose_input_may_start_now_a_page_at_a_time(tmp_path, kind):
+    """`waiting_inputs`: at rest with an input not marked taken — not a pause's enqueued input, not a chat whose input
+    is stuck — however many come before it (`each_waiting` reads every page)."""
+    from waypoint.engine.agents.turns import each_waiting
+    from waypoint.stores import MemoryStore
+
+    store = SQLiteStore(str(tmp_path / "runs.db")) if kind == "sqlite" else MemoryStore()
+    gate, started = asyncio.Event(), asyncio.Event()
+    runner = _chat(store, gate, started)
+    for cid in ("a", "b", "c", "d"):  # each: an input queued while its turn ran, none taken (nobody drained them)
+        gate.clear()
+        started.clear()
+        first = asyncio.create_task(_collect(runner.run("one", checkpoint_id=cid, take_queued=False)))
+        await asyncio.wait_for(started.wait(), 30)
+        await _collect(runner.run("two", checkpoint_id=cid, on_busy="enqueue"))
+        if cid == "b":
+            await _collect(runner.run("three", checkpoint_id=cid, on_busy="enqueue"))
+        gate.set()
+        await asyncio.wait_for(first, 60)
+    assert await store.waiting_inputs() == ["a", "b", "c", "d"]
+    assert await store.waiting_inputs(limit=2, after="a") == ["b", "c"]
+    await store.mark_inputs("b", 1, state="stuck")  # its input 2 waits behind it: not listed either
+    await store.mark_inputs("c", 1)  # taken (as a turn that took it marks it)
+    seen: list[str] = []
+
+    async def take(cid: str) -> None:
+        seen.append(cid)
+
+    await each_waiting(store, take, page=1)
+    assert seen == ["a", "d"]
+    await _collect(runner.drain("a"))  # a turn takes it and marks it
+    assert await store.waiting_inputs() == ["d"]
+    await store.close()
+
+
+async def test_a_pauses_enqueued_input_is_listed_only_once_the_pause_is_answered(tmp_path):
+    store, runner = await _paused_with_input(tmp_path)
+    assert await store.waiting_inputs() == []  # it waits for the answer, not for a look
+    await _collect(runner.resume("c", take_queued=False))  # answered: the turn completes; its input may start now
+    assert await store.waiting_inputs() == ["c"]
     await store.close()

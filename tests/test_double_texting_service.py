@@ -177,26 +177,31 @@ def test_on_busy_is_refused_where_it_means_nothing(tmp_path):
         assert c.get("/runs/h", headers=headers).status_code == 404
 
 
-def test_an_input_queued_for_a_turn_that_completes_in_a_shutdowns_drain_runs_on_the_next_service(tmp_path):
-    """The service stops before it can take the input after the turn it finished while draining: another takes it."""
+def test_inputs_left_when_a_queued_turn_completes_in_a_shutdowns_drain_run_on_the_next_service(tmp_path):
+    """A stops before it can take the inputs after the turn it finished while draining — a queued input's turn, so
+    the input left is older than the run that stopped: another service finds it and takes it."""
     chat = tmp_path / "chat"
     chat.mkdir()
     env = {"CHAT_DIR": str(chat)}
     db = str(tmp_path / "runs.db")
     with ServeProcess(tmp_path, agents="chat_turns:build", db=db, env=env) as a, \
             ServeProcess(tmp_path, agents="chat_turns:build", db=db, env=env) as b, a.client() as ca, b.client() as cb:
-        (chat / "hold-answer-7").touch()
-        (chat / "gate-7").touch()
+        (chat / "hold-answer-8").touch()
+        (chat / "gate-8").touch()
         assert ca.post("/runs", json={"input": "hold 7", "checkpoint_id": "chat"}).status_code == 201
-        wait_until(lambda: ["answering", "7"] in [w[:2] for w in lines(chat)], TIMEOUT, "the last step held")
-        got = cb.post("/runs", json={"input": "after the drain", "checkpoint_id": "chat", "on_busy": "enqueue"})
-        assert got.status_code == 202, got.text
+        held(chat, "7")
+        for text in ("hold 8", "after the drain"):
+            got = cb.post("/runs", json={"input": text, "checkpoint_id": "chat", "on_busy": "enqueue"})
+            assert got.status_code == 202, got.text
+        (chat / "gate-7").touch()  # turn 7 ends; A runs input 1 ("hold 8"), whose last step holds
+        wait_until(lambda: ["answering", "8"] in [w[:2] for w in lines(chat)], TIMEOUT, "input 1's last step held")
         a.proc.terminate()  # SIGTERM: A drains the step in flight, then stops
         wait_until(lambda: ["stopping"] in [w[:1] for w in lines(chat)], TIMEOUT, "A's drain began")
-        (chat / "gate-answer-7").touch()  # the turn completes inside the drain
+        (chat / "gate-answer-8").touch()  # input 1's turn completes inside the drain; input 2 is left
         a.proc.wait(TIMEOUT)
         said = settled(cb, "chat", "answered after the drain")
         assert said == [("user", "hold 7"), ("assistant", ""), ("tool", "noted 7"), ("assistant", "answered 7"),
+                        ("user", "hold 8"), ("assistant", ""), ("tool", "noted 8"), ("assistant", "answered 8"),
                         ("user", "after the drain"), ("assistant", "answered after the drain")]
         models = [w for w in lines(chat) if w[:2] == ["model", '"after']]
         assert [w[-1] for w in models] == [str(b.proc.pid)]  # once, on the service that was left

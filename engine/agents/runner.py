@@ -23,7 +23,7 @@ from ..errors import CheckpointConflict, CheckpointExists, GraphInterrupted, Way
 from ..models.schema import Message, as_messages
 from ..run import Pending
 from .agent_events import AgentAction, AgentEvent, AgentOutput, ToolRerun, _Live
-from .turns import Look, check_on_busy, drainable, keeps_inputs, look, queue, rollback_to
+from .turns import Look, check_on_busy, drainable, keeps_inputs, look, mark, queue, rollback_to
 
 __all__ = ["Runner", "AgentEvent", "AgentOutput", "AgentAction", "ToolRerun"]
 
@@ -185,9 +185,12 @@ class Runner:
             try:
                 new = as_messages(self.app.get_serializer().loads(taken.payload))
             except Exception as err:  # noqa: BLE001 - stored bytes that do not decode: said, never guessed at
-                yield AgentEvent(agent_name=self.agent.name, run_path=root, error=WaypointError(
-                    f"run '{checkpoint_id}': queued input {taken.n} does not decode ({type(err).__name__}: {err}); "
-                    "it and the inputs after it wait: delete the run or restore the store"))
+                error = WaypointError(f"run '{checkpoint_id}': queued input {taken.n} does not decode "
+                                      f"({type(err).__name__}: {err}); it and the inputs after it wait: delete the run "
+                                      "or restore the store")
+                log.error("%s", error)
+                await mark(self.store, checkpoint_id, taken.n, "stuck")  # no service or worker takes it up again
+                yield AgentEvent(agent_name=self.agent.name, run_path=root, error=error)
                 return
             # a rollback queued behind this input stopped the turn too: the turn is dropped for the first input after it
             history = await self._before_turn(found, True, any(q.policy == "rollback" for q in found.waiting))
@@ -197,8 +200,9 @@ class Runner:
             try:
                 async with contextlib.aclosing(self._events([*history, *new], options, callbacks)) as events:
                     async for event in events:
-                        if not started:
+                        if not started:  # its claim is written: the input is this turn's
                             started = True
+                            await mark(self.store, checkpoint_id, taken.n)
                             yield AgentEvent(agent_name=self.agent.name, run_path=root,
                                              action=AgentAction(taken=taken))
                         yield event

@@ -24,7 +24,8 @@ from typing import Any
 from ..errors import NotRunning, WaypointError
 from ..keep import ON_BUSY, QueuedInput, default_by, store_clock
 
-__all__ = ["Look", "look", "queue", "check_on_busy", "keeps_inputs", "drainable", "rollback_to"]
+__all__ = ["Look", "look", "queue", "check_on_busy", "keeps_inputs", "drainable", "rollback_to", "mark", "settled",
+           "each_waiting"]
 
 log = logging.getLogger("waypoint.run")
 
@@ -73,6 +74,41 @@ async def look(app: Any, store: Any, checkpoint_id: str) -> Look:
     if keeps_inputs(store):
         found.waiting = await store.queued_inputs(checkpoint_id, after=found.taken)
     return found
+
+
+async def mark(store: Any, checkpoint_id: str, upto: int, state: str = "taken") -> None:
+    """Mark the run's inputs up to `upto` taken (or input `upto` stuck) for `waiting_inputs`: a hint written after
+    the fact (the run's position says what was taken), so a failure is said and the run goes on."""
+    marking = getattr(store, "mark_inputs", None)
+    if marking is None or upto <= 0:
+        return
+    try:
+        await marking(checkpoint_id, upto, state=state)
+    except Exception as err:  # noqa: BLE001 - the next look at the chat marks it
+        log.warning("run '%s': marking its queued input(s) up to %d %s failed (%s: %s)", checkpoint_id, upto, state,
+                    type(err).__name__, err)
+
+
+async def settled(app: Any, store: Any, checkpoint_id: str) -> Look:
+    """`look`, for a chat `waiting_inputs` listed: one whose inputs its position says were all taken (a crash came
+    between a turn's claim and its mark) is marked so, and no longer listed."""
+    found = await look(app, store, checkpoint_id)
+    if found.snap is not None and not found.waiting and found.taken:
+        await mark(store, checkpoint_id, found.taken)
+    return found
+
+
+async def each_waiting(store: Any, take: Any, page: int = 100) -> None:
+    """`await take(checkpoint_id)` for every chat `store.waiting_inputs` lists, a page at a time (all of them: a
+    page of chats that cannot start now never hides the ones after it)."""
+    after = None
+    while True:
+        found = await store.waiting_inputs(limit=page, after=after)
+        for checkpoint_id in found:
+            await take(checkpoint_id)
+        if len(found) < page:
+            return
+        after = found[-1]
 
 
 def drainable(found: Look) -> bool:

@@ -91,10 +91,14 @@ Guarantees every store gives (tests/test_store_contract.py checks them on every 
    order the store recorded them, whichever process sent them, and stamped with `clock()`; a number is never given
    twice for one run while it exists. `queued_inputs(checkpoint_id, after=n)` returns the inputs numbered above `n`,
    oldest first. A delete of the run deletes its inputs. The engine decides which inputs a run has taken (the
-   number is written in the run's own position when a turn claims it), so the store never marks one.
-   `waiting_inputs(limit=)` (optional too) returns, oldest input first, the runs whose newest version is not
-   `running` and that have an input queued after that version's `created_at` (its run began): every run with an
-   input no turn took is among them (an input a turn took was queued before that turn's run began).
+   number is written in the run's own position when a turn claims it); after that claim it marks them
+   (`mark_inputs(checkpoint_id, upto, state="taken")`: every waiting input numbered up to `upto`; `state="stuck"`:
+   input `upto` alone, one that cannot be run). A mark is a hint, never the authority: a crash between the claim
+   and the mark leaves an input `waiting` that the run's position says was taken, and the next look marks it.
+   `waiting_inputs(limit=, after=)` (optional too) returns, by checkpoint ID after `after`, the runs whose newest
+   version is not `running` and that have a `waiting` input and none `stuck` — leaving out the inputs with policy
+   "enqueue" of a run paused for an answer (they wait for the answer): every run with an input no turn took, that
+   may start now, is among them.
 """
 
 from __future__ import annotations

@@ -305,7 +305,41 @@ async def test_an_agent_tool_that_is_itself_approved_asks_again_for_its_own_tool
         await events_of(runner.resume_with_params("a", {outer.id: ApprovalResult(approved=True)}))
     last = await events_of(runner.resume_with_params("a", {inner.id: ApprovalResult(approved=True)}))
     assert ran == ["q"] and last[-1].action.exit
-    assert [d.tool for d in (await runner.app.get_run("a")).state.decisions] == ["researcher"]
+    decisions = (await runner.app.get_run("a")).state.decisions  # every approval given anywhere in the run
+    assert [(d.tool, d.verb, d.run_path) for d in decisions] == [("researcher", "approved", ()),
+                                                               ("search", "approved", ("researcher",))]
+
+
+async def test_decisions_two_agent_tools_deep_reach_the_outer_run_with_their_path_and_survive_a_new_process():
+    ran = []
+
+    @tool
+    def delete(path: str) -> str:
+        """Delete a file."""
+        ran.append(path)
+        return "deleted"
+
+    def build():
+        clerk = ChatModelAgent(name="clerk", model=Asks("clerk", [[["delete", {"path": "/a"}], ["delete",
+                                                                                             {"path": "/b"}]]]),
+                               tools=[delete], middlewares=[ApprovalMiddleware(tools={"delete"})])
+        lead = ChatModelAgent(name="lead", model=Asks("lead", [[["clerk", {"request": "clean"}]]]),
+                              tools=[AgentTool(clerk)])
+        return ChatModelAgent(name="boss", model=Asks("boss", [[["lead", {"request": "clean"}]]]),
+                              tools=[AgentTool(lead)])
+
+    store = MemoryStore()
+    first = paused(await events_of(Runner(build(), store=store).run("go", checkpoint_id="d")))
+    assert sorted(classify_interrupt(c).arguments for c in first) == ['{"path": "/a"}', '{"path": "/b"}']
+    runner = Runner(build(), store=store)  # another Runner, as another process would build it
+    by_path = {classify_interrupt(c).arguments: c.id for c in first}
+    answers = {by_path['{"path": "/a"}']: ApprovalResult(approved=True),
+               by_path['{"path": "/b"}']: ApprovalResult(approved=False, reason="keep it")}
+    last = await events_of(runner.resume_with_params("d", answers))
+    assert last[-1].action.exit and ran == ["/a"]
+    decisions = (await runner.app.get_run("d")).state.decisions
+    assert sorted((d.verb, d.reason, d.run_path) for d in decisions) == [
+        ("approved", None, ("lead", "clerk")), ("rejected", "keep it", ("lead", "clerk"))]
 
 
 async def test_full_history_hands_the_agent_tool_the_conversation():

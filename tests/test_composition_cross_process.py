@@ -83,6 +83,7 @@ def test_an_approval_inside_an_agent_tool_is_answered_by_another_process(tmp_pat
     assert [r[0] for r in executed(journal)] == ["lookup", "search"]  # each ran once
     assert models(journal) == {"supervisor": 2, "researcher": 3}  # nothing that finished was asked again
     assert len({r[2] for r in executed(journal)}) == 2  # lookup in the first process, search in the second
+    assert out[-2] == {"decisions": [["search", "approved", ["researcher"]]]}  # the researcher's, in the outer run
     assert out[-1] == {"runs": ["s"]}
 
     code, _, err = run(db, "s", "three", "answer", json.dumps({iid: "approve"}), journal=journal)
@@ -113,6 +114,7 @@ def test_a_sigkill_inside_the_agent_tools_approved_call_is_taken_over_there(tmp_
     # nothing else ran again: not the lookup, not either agent's earlier model calls — only the ones after the tool
     assert lookup[0] == "lookup" and models(journal) - before == {"researcher": 1, "supervisor": 1}
     assert outputs(out)[-1][:2] == [["supervisor"], "assistant"] and "slowly found backups" in outputs(out)[-1][2]
+    assert out[-2] == {"decisions": [["slow", "approved", ["researcher"]]]}  # kept across the SIGKILL
     assert out[-1] == {"runs": ["k"]}
 
 

@@ -198,7 +198,8 @@ def _show_agent(run: StoredRun, console: Console) -> None:
         for d in run.state.decisions:
             reason = f": {d.reason}" if d.reason else ""
             at = f" at version {d.version}" if d.version is not None else ""
-            console.line(visible(f"  {d.verb} {d.tool} (call {d.call_id}){at}{reason}", strict=True))
+            inside = f" in {' > '.join(d.run_path)}" if getattr(d, "run_path", ()) else ""
+            console.line(visible(f"  {d.verb} {d.tool} (call {d.call_id}){inside}{at}{reason}", strict=True))
 
 
 def _show_message(m: Any, console: Console) -> None:

@@ -19,14 +19,14 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..compose import run_nested
 from ..models.schema import Message
 from ..tools.tool import Tool, ToolContext
 
-__all__ = ["AgentTool", "calling_tools", "label_of"]
+__all__ = ["AgentTool", "calling_tools", "label_of", "publish_decisions"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,16 @@ class _Caller:
 
 
 _CALLER: ContextVar[_Caller | None] = ContextVar("waypoint_agent_caller", default=None)
+_DECISIONS: ContextVar[list[Any] | None] = ContextVar("waypoint_agent_tool_decisions", default=None)
+"""Inside an agent tool's run: where the agent it runs says every decision its run holds so far."""
+
+
+def publish_decisions(decisions: Sequence[Any]) -> None:
+    """(An agent's tools box, after each batch.) When this agent runs inside an `AgentTool` call, tell the call every
+    decision the agent's run holds (its state's: those of earlier passes too), so the calling run records them."""
+    into = _DECISIONS.get()
+    if into is not None:
+        into[:] = list(decisions)
 
 
 @contextmanager
@@ -101,7 +111,13 @@ class AgentTool(Tool):
         messages = [Message.user(request)]
         if self.full_history and caller is not None:
             messages = [*_history(caller.messages), *messages]
-        output = await run_nested(self._shape(streaming), messages, label=label_of(self.agent.name, ctx.position))
+        decided: list[Any] = []
+        token = _DECISIONS.set(decided)
+        try:
+            output = await run_nested(self._shape(streaming), messages, label=label_of(self.agent.name, ctx.position))
+        finally:
+            _DECISIONS.reset(token)
+        ctx.nested_decisions = [replace(d, run_path=(self.agent.name, *d.run_path)) for d in decided]
         return output.content if isinstance(output, Message) else str(output)
 
     def _shape(self, streaming: bool) -> Any:

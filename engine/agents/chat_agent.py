@@ -26,7 +26,7 @@ from ..run import collecting_attempts, current_checkpoint_id, emit_chunk, enclos
 from ..shape import END, START
 from ..tools.node import ToolsNode
 from ..tools.verbs import Decision
-from .agent_tool import calling_tools
+from .agent_tool import calling_tools, publish_decisions
 from .handoff import check_handoffs, handoff_input, transfer_tool
 from .middleware import AgentContext, StoredMessage
 from .session import Session, answer_of, format_instruction
@@ -193,6 +193,7 @@ class ChatModelAgent:
             await emit_chunk(StoredMessage(message))
         state.messages.append(message)
         state.iterations += 1
+        publish_decisions(state.decisions)  # a run's last step may be this one (a pass that made no tools step)
         if not message.tool_calls or self.return_tool_requests:
             for mw in self.middlewares:
                 await _call(getattr(mw, "after_agent", None), ctx)
@@ -216,6 +217,7 @@ class ChatModelAgent:
             batch = await self.tools_node.run(message)
         state.messages.extend(batch.messages)
         state.decisions.extend(batch.decisions)
+        publish_decisions(state.decisions)  # inside an agent tool's call: the calling run records them too
         direct = [m for m in batch.messages if m.name in self.return_directly]
         state.transfer = batch.transfer if self.handoffs else None
         if batch.break_loop:

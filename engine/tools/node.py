@@ -272,7 +272,7 @@ class ToolsNode:
         messages = [Message.tool(finished[c.slot][0], tool_call_id=c.call.id, name=c.call.name) for c in calls]
         # decisions of calls that paused again, then each finished call's own (kept with its result, so a
         # crash after the call does not lose it)
-        done = [finished[c.slot][2] for c in calls if len(finished[c.slot]) > 2 and finished[c.slot][2] is not None]
+        done = [d for c in calls for d in _decisions_of(finished[c.slot])]
         return ToolBatch(messages=messages, stop=stop, break_loop=break_loop, transfer=transfer,
                          names=[c.call.name for c in calls],
                          decisions=[*step.decisions, *done])
@@ -372,7 +372,7 @@ class ToolsNode:
         except BaseException as err:  # it paused or failed: whoever watches its chunks stops waiting
             await emit_chunk(self._event(c, "stop", data=err))
             raise
-        return await self._record(c, step, [content, stopped, ctx.decision])
+        return await self._record(c, step, [content, stopped, ctx.decision, list(ctx.nested_decisions)])
 
     async def _record(self, c: _Call, step: _Step, outcome: list[Any]) -> list[Any]:
         """The call is done: ledger, then its result event."""
@@ -445,3 +445,10 @@ def _streamable(tool: Tool, ctx: ToolContext) -> Callable[[str], AsyncIterator[s
         return tool.stream(args_json, ctx)
 
     return endpoint
+
+
+def _decisions_of(outcome: list[Any]) -> list[Any]:
+    """A finished call's decisions, as its outcome keeps them: its own (third), then those made inside the agent it
+    ran (fourth; outcomes recorded before there was one have three)."""
+    own = [outcome[2]] if len(outcome) > 2 and outcome[2] is not None else []
+    return [*own, *(outcome[3] if len(outcome) > 3 and outcome[3] else [])]

@@ -86,6 +86,9 @@ class ToolContext:
     """The call's position in its assistant message (calls are told apart by it, whatever IDs the model wrote)."""
     decision: Any = None
     """A `Decision` a middleware recorded about this call (`decide`), kept in the run's history."""
+    nested_decisions: list[Any] = field(default_factory=list)
+    """The `Decision`s made inside an agent this call ran (an `AgentTool`), with their `run_path`: kept with the
+    call's result, so the run's `decisions` show every approval given anywhere in it."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def is_resumed(self) -> bool:

@@ -51,3 +51,6 @@ class Decision:
     verb: Verb
     reason: str | None = None
     version: int | None = None
+    run_path: tuple[str, ...] = ()
+    """The agents it was decided inside, below the run's own: ("helper",) for a call of the agent an `AgentTool`
+    named `helper` ran; () for the run's own calls. `version` is then the inner run's."""

@@ -434,7 +434,8 @@ function renderRun(run) {
   $("run-id").replaceChildren(visible(run.checkpoint_id, true));
   const facts = [["graph", `${run.graph} (${run.kind})`], ["status", run.status], ["version", run.version],
     ["step", run.step], ["updated", when(run.updated_at)], ["error", run.error],
-    ["decisions", (run.decisions || []).map((d) => `${d.verb} ${d.tool} (call ${d.call_id}) at version ${d.version}` +
+    ["decisions", (run.decisions || []).map((d) => `${d.verb} ${d.tool} (call ${d.call_id})` +
+      ((d.run_path || []).length ? ` in ${d.run_path.join(" > ")}` : "") + ` at version ${d.version}` +
       (d.reason ? `: ${d.reason}` : "")).join("; ") || null]];
   $("facts").replaceChildren(...facts.filter(([, v]) => v !== null && v !== undefined).flatMap(([k, v]) =>
     [el("dt", null, k), el("dd", k === "status" ? `status ${v}` : null, v)]));

@@ -15,7 +15,8 @@ ACTION: `run TEXT`, `answer JSON` ({interrupt_id: "approve" | "reject"}), `conti
 Every model call appends "model <agent> <pid>" and every real tool execution "tool <name> <arguments> <pid>
 <idempotency key> <rerun>" to `--journal` (fsynced). Printed, one JSON line per event: {"interrupt": [[id,
 kind, tool, arguments, address]...]}, {"rerun": [run_path, call_id, key]}, {"output": [run_path, role,
-content]}, {"runs": [checkpoint IDs in the store]}; exit codes: 0 ended, 2 paused, 3 refused before anything
+content]}, {"decisions": [[tool, verb, run_path]...]} (the run's, at the end), {"runs": [checkpoint IDs in the
+store]}; exit codes: 0 ended, 2 paused, 3 refused before anything
 ran, 4 an error event.
 """
 
@@ -150,6 +151,9 @@ async def main(args) -> int:
                        for i, v in json.loads(args.value).items()}
             events = runner.resume_with_params(args.checkpoint_id, targets, takeover=args.takeover)
         code = await report(events)
+        snap = await runner.app.get_run(args.checkpoint_id)
+        decided = getattr(snap.state, "decisions", []) if snap is not None else []  # a workflow's Session has none
+        print(json.dumps({"decisions": [[d.tool, d.verb, list(d.run_path)] for d in decided]}))
         print(json.dumps({"runs": sorted(m.checkpoint_id for m in await store.list(limit=100))}))
         return code
     finally:

@@ -73,7 +73,7 @@ async def take_waiting_inputs(state: ServiceState, every: float = INPUTS_EVERY) 
 
     while True:
         try:
-            await each_waiting(store, take)
+            await each_waiting(store, take, state.agent_fingerprints())
         except Exception as err:  # noqa: BLE001 - said; the next look tries again
             log.warning("service: looking for chats whose queued inputs wait failed (%s: %s)", type(err).__name__, err)
         await asyncio.sleep(every)

@@ -83,6 +83,10 @@ class ServiceState:
         target = self.target_of(meta)
         return target.name if target is not None else None
 
+    def agent_fingerprints(self) -> list[str]:
+        """The fingerprints of the served agents' graphs, and of the earlier versions of them met so far."""
+        return [fp for fp, t in (*self.by_fingerprint.items(), *self._earlier.items()) if t.runner is not None]
+
     def target_of(self, meta: CheckpointMeta) -> Target | None:
         """The served agent or graph that wrote this version (by its fingerprint), or that a version it serves is a
         later version of (once `resolve` has read one such run)."""

@@ -40,23 +40,30 @@ def queued_inputs(db: DB, checkpoint_id: str, after: int) -> list[QueuedInput]:
     return [_input(row) for row in rows]
 
 
-def waiting_inputs(db: DB, limit: int, after: str | None) -> list[str]:
+def waiting_inputs(db: DB, limit: int, after: str | None, fingerprints: Sequence[str] | None) -> list[str]:
     # at rest (not running), an input not marked taken, none stuck; a pause's enqueued inputs wait for its answer
+    params: dict[str, Any] = {"a": after or "", "k": int(limit)}
+    only = ""
+    if fingerprints is not None:
+        names = [f"f{i}" for i in range(len(fingerprints))]
+        params.update(zip(names, fingerprints))
+        only = f"AND c.fingerprint IN ({', '.join(':' + n for n in names)}) " if names else "AND 1 = 0 "
     rows = db.rows(
         "SELECT i.checkpoint_id FROM waypoint_inputs i JOIN waypoint_checkpoints c ON c.checkpoint_id = i.checkpoint_id "
         "AND c.version = (SELECT MAX(m.version) FROM waypoint_checkpoints m WHERE m.checkpoint_id = i.checkpoint_id) "
         "WHERE i.state = 'waiting' AND c.status <> 'running' AND i.checkpoint_id > :a "
         "AND NOT (c.status = 'interrupted' AND COALESCE(c.error, '') <> 'cancelled' AND i.policy = 'enqueue') "
         "AND NOT EXISTS (SELECT 1 FROM waypoint_inputs s WHERE s.checkpoint_id = i.checkpoint_id AND s.state = 'stuck') "
-        "GROUP BY i.checkpoint_id ORDER BY i.checkpoint_id LIMIT :k", {"a": after or "", "k": int(limit)})
+        f"{only}GROUP BY i.checkpoint_id ORDER BY i.checkpoint_id LIMIT :k", params)
     return [row[0] for row in rows]
 
 
 def mark_inputs(db: DB, checkpoint_id: str, upto: int, state: str) -> int:
     if state not in ("taken", "stuck"):
         raise ValueError(f"run '{checkpoint_id}': an input is marked 'taken' or 'stuck', not {str(state)[:40]!r}")
-    below = "n <= :u" if state == "taken" else "n = :u"
-    return db.run(f"UPDATE waypoint_inputs SET state = :s WHERE checkpoint_id = :c AND {below} AND state = 'waiting'",
+    # taken: every one up to `upto`, a stuck one too (it was run after all: restored, or decoded by another process)
+    which = "n <= :u AND state <> 'taken'" if state == "taken" else "n = :u AND state = 'waiting'"
+    return db.run(f"UPDATE waypoint_inputs SET state = :s WHERE checkpoint_id = :c AND {which}",
                   {"c": checkpoint_id, "u": int(upto), "s": state})
 
 
@@ -84,9 +91,11 @@ class InputMethods:
         """The run's inputs numbered above `after`, oldest first (at most 100 at a time)."""
         return await self._call(queued_inputs, checkpoint_id, after)
 
-    async def waiting_inputs(self, *, limit: int = 100, after: str | None = None) -> list[str]:
-        """Runs at rest with an input not marked taken (guarantee 15), by checkpoint ID, after `after`."""
-        return await self._call(waiting_inputs, limit, after)
+    async def waiting_inputs(self, *, limit: int = 100, after: str | None = None,
+                             fingerprints: Sequence[str] | None = None) -> list[str]:
+        """Runs at rest with an input not marked taken (guarantee 15), by checkpoint ID, after `after`; of the graphs
+        with these `fingerprints` only, when given."""
+        return await self._call(waiting_inputs, limit, after, None if fingerprints is None else list(fingerprints))
 
     async def mark_inputs(self, checkpoint_id: str, upto: int, *, state: str = "taken") -> int:
         """Mark the run's waiting inputs up to `upto` taken (or input `upto` stuck); how many it marked."""

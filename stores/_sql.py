@@ -64,7 +64,7 @@ from ._common import (
     stamped,
 )
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 T = TypeVar("T")
 
 _BINARY = {"sqlite": "BLOB", "postgresql": "BYTEA"}
@@ -184,13 +184,16 @@ MIGRATIONS: dict[int, list[str]] = {
             checkpoint_id TEXT NOT NULL, n INTEGER NOT NULL, incarnation {real} NOT NULL, base INTEGER NOT NULL,
             kind TEXT NOT NULL, data TEXT NOT NULL, at {real} NOT NULL, PRIMARY KEY (checkpoint_id, n))""",
     ],
-    # Queued inputs (stores/_input_sql.py): new input for a running run, numbered per run, run after its turn;
-    # `state`: "waiting", "taken" or "stuck" (a hint the engine writes after the fact, for `waiting_inputs`).
+    # Queued inputs (stores/_input_sql.py): new input for a running run, numbered per run, run after its turn.
     11: [
         """CREATE TABLE waypoint_inputs (
             checkpoint_id TEXT NOT NULL, n INTEGER NOT NULL, policy TEXT NOT NULL, queued_by TEXT NOT NULL,
-            queued_at {real} NOT NULL, payload {binary} NOT NULL, state TEXT NOT NULL DEFAULT 'waiting',
-            PRIMARY KEY (checkpoint_id, n))""",
+            queued_at {real} NOT NULL, payload {binary} NOT NULL, PRIMARY KEY (checkpoint_id, n))""",
+    ],
+    # Each input's `state`: "waiting", "taken" or "stuck" (a hint the engine writes after the fact, for
+    # `waiting_inputs`); the inputs that are not taken are indexed.
+    12: [
+        "ALTER TABLE waypoint_inputs ADD COLUMN state TEXT NOT NULL DEFAULT 'waiting'",
         "CREATE INDEX waypoint_inputs_waiting ON waypoint_inputs (checkpoint_id) WHERE state <> 'taken'",
     ],
 }

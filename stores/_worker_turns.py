@@ -72,7 +72,7 @@ async def take_waiting_inputs(queue: RunQueue, runners: Mapping[str, Runner], bu
 
     while True:
         try:
-            await each_waiting(store, take)
+            await each_waiting(store, take, by_fingerprint)
         except Exception as err:  # noqa: BLE001 - said; the next look tries again
             log.warning("worker: looking for chats whose queued inputs wait failed (%s: %s)", type(err).__name__, err)
         await asyncio.sleep(every)

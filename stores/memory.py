@@ -245,12 +245,14 @@ class MemoryStore(RelayMemory):
     async def queued_inputs(self, checkpoint_id: str, *, after: int = 0) -> list[QueuedInput]:
         return self._inputs.get(checkpoint_id, [])[max(0, int(after)):][:100]
 
-    async def waiting_inputs(self, *, limit: int = 100, after: str | None = None) -> list[str]:
+    async def waiting_inputs(self, *, limit: int = 100, after: str | None = None,
+                             fingerprints: Sequence[str] | None = None) -> list[str]:
         found = []
         for cid, inputs in self._inputs.items():
             versions = self._versions.get(cid)
             head = versions[_newest(versions)][0] if versions else None
             if head is None or head.status == "running" or cid <= (after or "") or \
+                    (fingerprints is not None and head.fingerprint not in fingerprints) or \
                     any(self._marks.get((cid, q.n)) == "stuck" for q in inputs):
                 continue
             paused = head.status == "interrupted" and head.error != "cancelled"
@@ -264,8 +266,8 @@ class MemoryStore(RelayMemory):
             raise ValueError(f"run '{checkpoint_id}': an input is marked 'taken' or 'stuck', not {str(state)[:40]!r}")
         marked = 0
         for q in self._inputs.get(checkpoint_id, []):
-            if (q.n <= upto if state == "taken" else q.n == upto) and \
-                    self._marks.get((checkpoint_id, q.n), "waiting") == "waiting":
+            now = self._marks.get((checkpoint_id, q.n), "waiting")
+            if (q.n <= upto and now != "taken") if state == "taken" else (q.n == upto and now == "waiting"):
                 self._marks[(checkpoint_id, q.n)] = state
                 marked += 1
         return marked

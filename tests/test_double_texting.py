@@ -239,6 +239,7 @@ async def test_the_store_lists_every_chat_whose_input_may_start_now_a_page_at_a_
     """`waiting_inputs`: at rest with an input not marked taken — not a pause's enqueued input, not a chat whose input
     is stuck — however many come before it (`each_waiting` reads every page)."""
     from waypoint.engine.agents.turns import each_waiting
+    from waypoint.engine.keep.checkpoint import fingerprint
     from waypoint.stores import MemoryStore
 
     store = SQLiteStore(str(tmp_path / "runs.db")) if kind == "sqlite" else MemoryStore()
@@ -263,10 +264,14 @@ async def test_the_store_lists_every_chat_whose_input_may_start_now_a_page_at_a_
     async def take(cid: str) -> None:
         seen.append(cid)
 
-    await each_waiting(store, take, page=1)
+    ours = fingerprint(runner.app.structure)
+    await each_waiting(store, take, [ours], page=1)
     assert seen == ["a", "d"]
+    assert await store.waiting_inputs(fingerprints=["another graph's"]) == []  # a look reads only its graphs' chats
     await _collect(runner.drain("a"))  # a turn takes it and marks it
     assert await store.waiting_inputs() == ["d"]
+    await store.mark_inputs("b", 1)  # a stuck input that was run after all (restored, another process read it)
+    assert await store.waiting_inputs() == ["b", "d"]  # its chat is listed again: input 2 waits
     await store.close()
 
 

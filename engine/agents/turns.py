@@ -98,12 +98,12 @@ async def settled(app: Any, store: Any, checkpoint_id: str) -> Look:
     return found
 
 
-async def each_waiting(store: Any, take: Any, page: int = 100) -> None:
-    """`await take(checkpoint_id)` for every chat `store.waiting_inputs` lists, a page at a time (all of them: a
-    page of chats that cannot start now never hides the ones after it)."""
+async def each_waiting(store: Any, take: Any, fingerprints: Any, page: int = 100) -> None:
+    """`await take(checkpoint_id)` for every chat of the graphs with these `fingerprints` that `store.waiting_inputs`
+    lists, a page at a time (all of them: a page of chats that cannot start now never hides the ones after it)."""
     after = None
     while True:
-        found = await store.waiting_inputs(limit=page, after=after)
+        found = await store.waiting_inputs(limit=page, after=after, fingerprints=list(fingerprints))
         for checkpoint_id in found:
             await take(checkpoint_id)
         if len(found) < page:

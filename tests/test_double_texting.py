@@ -281,3 +281,27 @@ async def test_a_pauses_enqueued_input_is_listed_only_once_the_pause_is_answered
     await _collect(runner.resume("c", take_queued=False))  # answered: the turn completes; its input may start now
     assert await store.waiting_inputs() == ["c"]
     await store.close()
+
+
+async def test_a_chats_turns_go_on_from_the_conversations_stored_chain_and_read_back_whole_after_a_prune(tmp_path):
+    """Issue 34 §2 (in part): a new turn's conversation is written as a segment on the chain the last turn left —
+    not as a new chain of the whole conversation — and every version still reads back whole, also once older
+    versions are pruned."""
+    from waypoint.engine.models import ScriptedChatModel
+
+    store = SQLiteStore(str(tmp_path / "runs.db"))
+    runner = Runner(ChatModelAgent(name="chat", model=ScriptedChatModel([f"answer {i}" for i in range(7)])),
+                    store=store)
+    for i in range(6):
+        await _collect(runner.run(f"message {i}", checkpoint_id="c"))
+    record = await store.get("c")
+    assert len(record.chains["s:messages"]) >= 6  # a segment (or more) per turn, one chain across the turns
+    expected = [x for i in range(6) for x in (f"message {i}", f"answer {i}")]
+    assert _said((await runner.app.get_run("c")).state.messages) == expected
+    for meta in (await store.history("c"))[::5]:  # older versions decode too
+        snap = await runner.app.get_run("c", version=meta.version)
+        assert _said(snap.state.messages) == expected[:len(_said(snap.state.messages))]
+    await store.prune("c", keep_last=1)
+    await _collect(runner.run("message 6", checkpoint_id="c"))  # written on a chain whose old versions are gone
+    assert _said((await runner.app.get_run("c")).state.messages) == [*expected, "message 6", "answer 6"]
+    await store.close()

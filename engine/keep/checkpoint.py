@@ -329,6 +329,15 @@ class Checkpointer(VersionReader):
         Paths 1 and 2 cost what was appended, whatever the list's length (B2 in docs/performance.md).
         """
         cached = self._cache.get(name)
+        if cached is not None and cached.earlier is not None and items:  # written empty: the chain before it?
+            earlier = cached.earlier
+            if earlier.links < MAX_CHAIN and len(items) >= earlier.count:
+                mine = self._same_in_front(earlier, items)
+                if mine is not None:
+                    return self._grow(name, earlier, items, blobs, mine)
+                raw = _array_body(self.serializer.pack(items, root=f"{self.checkpoint_id}.{name}"))
+                if raw.startswith(earlier.full_raw() or b""):
+                    return self._grow(name, earlier, items, blobs, None)
         if cached is not None and cached.links < MAX_CHAIN and len(items) >= cached.count:
             if owned and not verify and cached.obj is items:
                 return self._grow(name, cached, items, blobs, self._extended(cached, items), unchecked=True)
@@ -396,7 +405,8 @@ class Checkpointer(VersionReader):
             digest, links = self._segment(None, len(items), raw, blobs), 1
         settled = _settled_all(items)
         self._cache[name] = PartCache(head=digest, raw=raw, count=len(items), links=links,
-                                       items=list(items) if settled else None, by_value=settled == 2, obj=items)
+                                       items=list(items) if settled else None, by_value=settled == 2, obj=items,
+                                       earlier=cached if not items and cached is not None and cached.count else None)
         return digest
 
     def _segment(self, parent: str | None, count: int, raw: bytes, blobs: list[Blob]) -> str:

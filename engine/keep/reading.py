@@ -46,6 +46,9 @@ class PartCache:
     """Segments were appended on path 1 without comparing the items in front (checked when the run stops)."""
     tail: list[bytes] | None = None
     """Segments appended on a fast path since `raw` was last joined (joined when needed)."""
+    earlier: PartCache | None = None
+    """The chain this part had before it was written empty (a new run on the ID starts its state empty, then takes
+    the conversation the last run ended with): the next write that starts with those items goes on from it."""
 
     def full_raw(self) -> bytes | None:
         if self.tail:

@@ -47,7 +47,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import socket
 import time
 import uuid
@@ -64,6 +63,8 @@ from waypoint.engine.keep.recovery import give_up, recover
 from waypoint.engine.keep.shutdown import Shutdown
 
 from ._worker_turns import queue_next_input, runners_of, take_waiting_inputs
+from ._backoff import SAY_EVERY, Backoff
+from ._worker_plan import NOTHING, plan_retry
 from .queue import QueueError, RunQueue
 from .relay import Relay
 
@@ -103,7 +104,6 @@ class _Item:
     still takes them, however long the work waited for a worker)."""
 
 
-_NOTHING = object()
 
 
 class _Progress:
@@ -202,7 +202,7 @@ class Worker:
         listening: Any = None
         keeper = asyncio.create_task(self._keep_claims())
         recovery = asyncio.create_task(self._recover()) if self.recover else None
-        claims, listens = _Backoff(self.poll), _Backoff(self.poll)
+        claims, listens = Backoff(self.poll), Backoff(self.poll)
         try:
             while not self._stopping:
                 wake.clear()
@@ -233,7 +233,7 @@ class Worker:
 
     # --- the loop's parts ------------------------------------------------------------------------------
 
-    async def _listen(self, old: Any, wake: asyncio.Event, backoff: _Backoff) -> Any:
+    async def _listen(self, old: Any, wake: asyncio.Event, backoff: Backoff) -> Any:
         """(Re)open the LISTEN connection; None while the database cannot be reached (tried again later)."""
         if old is not None:
             log.warning("worker %s: the LISTEN connection was lost (a database restart?); listening again", self.name)
@@ -244,12 +244,12 @@ class Worker:
             delay = backoff.fail()
             if backoff.say():
                 log.warning("worker %s: cannot listen for new work (%s: %s); trying again in %.1f s (said again "
-                            "every %.0f s while it lasts)", self.name, type(err).__name__, err, delay, _SAY_EVERY)
+                            "every %.0f s while it lasts)", self.name, type(err).__name__, err, delay, SAY_EVERY)
             return None
         backoff.ok()
         return listening
 
-    async def _ready(self, backoff: _Backoff) -> bool:
+    async def _ready(self, backoff: Backoff) -> bool:
         """Whether this process can renew the leases of what it would claim: the store's connection for renewals
         is held (taken now if need be). False — said, and tried again after a backoff — when the database refuses
         it: a worker that could not keep a run's lease must not take the run."""
@@ -260,7 +260,7 @@ class Worker:
             if backoff.say():
                 log.warning("worker %s: claiming work failed: it has no connection for lease renewals (%s: %s), and "
                             "a run it could not keep it must not take; trying again in %.1f s (said again every "
-                            "%.0f s while it lasts)", self.name, type(err).__name__, err, delay, _SAY_EVERY)
+                            "%.0f s while it lasts)", self.name, type(err).__name__, err, delay, SAY_EVERY)
             return False
         return True
 
@@ -276,7 +276,7 @@ class Worker:
             log.warning("worker %s: closing its idle connections failed (%s)", self.name, err)
         return None
 
-    async def _claim(self, free: int, backoff: _Backoff) -> list[tuple]:
+    async def _claim(self, free: int, backoff: Backoff) -> list[tuple]:
         try:
             claimed = await self.queue._claim(self.name, sorted(self.graphs), free, self.lease_seconds,
                                               self._skipped())
@@ -284,7 +284,7 @@ class Worker:
             delay = backoff.fail()
             if backoff.say():
                 log.warning("worker %s: claiming work failed (%s: %s); trying again in %.1f s (said again every "
-                            "%.0f s while it lasts)", self.name, type(err).__name__, err, delay, _SAY_EVERY)
+                            "%.0f s while it lasts)", self.name, type(err).__name__, err, delay, SAY_EVERY)
             return []
         backoff.ok()
         return claimed
@@ -465,8 +465,8 @@ class Worker:
                 input, resume = (None, value) if item.kind == "resume" else (value, None)
             else:  # a worker died, drained or handed it back after writing: see where the run is
                 snap = await app.get_run(cid)
-                plan = _plan(item, value, snap)
-                if plan is _NOTHING:
+                plan = plan_retry(item, value, snap)
+                if plan is NOTHING:
                     return self._resting(snap)
                 input, resume = plan
                 before = snap.meta.version if snap is not None else None
@@ -575,7 +575,7 @@ class Worker:
     async def _persist(self, what: str, write: Any) -> Any:
         """`write()`, tried again on `StoreUnavailable` while this worker's claim may still hold (its claims
         are renewed as long as this task lives); afterwards the claim lapses and the row is claimable."""
-        backoff, started = _Backoff(self.lease_seconds / 3), time.monotonic()
+        backoff, started = Backoff(self.lease_seconds / 3), time.monotonic()
         for _ in range(64):
             try:
                 return await write()
@@ -594,77 +594,6 @@ class Worker:
         except Exception as err:  # noqa: BLE001 - the run is fine; only the copy on the queue row is missing
             log.warning("worker %s: a result could not be encoded for the queue row: %s", self.name, err)
             return None
-
-
-class _Backoff:
-    """Delays that double from 0.1 s up to `most` while something keeps failing, each with ±25 % jitter (workers
-    refused together do not come back together). `say()`: whether to log this failure — the first of a streak,
-    then once every `_SAY_EVERY` seconds while it lasts."""
-
-    def __init__(self, most: float) -> None:
-        self.most = max(most, 0.1)
-        self.delay = 0.1
-        self.failing = False
-        self.waited = 0.0
-        self._said = -_SAY_EVERY
-
-    def fail(self) -> float:
-        first = not self.failing
-        if self.failing:
-            self.delay = min(self.delay * 2, self.most)
-        self.failing = True
-        delay = self.delay * random.uniform(0.75, 1.25)
-        self.waited += delay
-        if first:
-            self._said = -_SAY_EVERY
-        return delay
-
-    def say(self) -> bool:
-        now = time.monotonic()
-        if now - self._said >= _SAY_EVERY:
-            self._said = now
-            return True
-        return False
-
-    def ok(self) -> None:
-        self.delay, self.failing, self.waited = 0.1, False, 0.0
-
-
-_SAY_EVERY = 30.0
-"""Seconds between log lines about a failure that goes on (the first one is said at once)."""
-
-
-def _plan(item: _Item, value: Any, snap: Any) -> Any:
-    """(input, resume) for `ainvoke`, or _NOTHING when the run already came to rest after this work."""
-    newest = snap.meta.version if snap is not None else None
-    if newest == item.base_version:  # nothing written since the work was queued: do what was asked
-        if item.kind != "resume":
-            return value, None
-        if snap is None:
-            raise CheckpointNotFound(f"run '{item.checkpoint_id}' was deleted after its resume was queued")
-        return None, value
-    if snap is None:
-        raise CheckpointNotFound(f"run '{item.checkpoint_id}' was deleted while its work was running")
-    status, error = snap.meta.status, snap.meta.error
-    if status == "running" or (status == "interrupted" and error == "cancelled" and snap.cancelled_by is None):
-        # crashed or drained (a person's cancel, which says who asked, is where the work came to rest)
-        pending = [c.id for c in snap.interrupts.contexts]
-        answers = value if item.kind == "resume" else None
-        return None, _still_pending(answers, pending)
-    return _NOTHING
-
-
-def _still_pending(answers: Any, pending: list[str]) -> Any:
-    """The part of a resume's answers whose interrupts are still pending (None: continue plainly)."""
-    if not pending or answers is None:
-        return None
-    if answers is True:
-        return True
-    if isinstance(answers, Mapping):
-        kept = {k: v for k, v in answers.items() if k in pending}
-    else:
-        kept = [k for k in answers if k in pending]
-    return kept or None
 
 
 def _by_name(store: Any, graphs: Sequence[Any] | Mapping[str, Any]) -> dict[str, Any]:

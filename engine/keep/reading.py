@@ -46,6 +46,14 @@ class PartCache:
     """Segments were appended on path 1 without comparing the items in front (checked when the run stops)."""
     tail: list[bytes] | None = None
     """Segments appended on a fast path since `raw` was last joined (joined when needed)."""
+    refs: list[Any] | None = None
+    """Our own list of the items last written when they can change in place and the list is long (`PRESUME_AT`):
+    while the list object still starts with these very items, the list is presumed to have only grown (path 4 in engine/keep/checkpoint.py)."""
+    checked: int = 0
+    """How many items the last full comparison saw: a presumed list is compared in full again once it grew by an
+    eighth since (so the full comparisons cost a constant per appended item)."""
+    exact: bool = False
+    """An item was seen changed in place after the list was presumed to only grow: compared in full from then on."""
     earlier: PartCache | None = None
     """The chain this part had before it was written empty (a new run on the ID starts its state empty, then takes
     the conversation the last run ended with): the next write that starts with those items goes on from it."""

@@ -478,11 +478,14 @@ def record_call(db: DB, checkpoint_id: str, version: int, call_id: str, result: 
     return False
 
 
-def recorded_calls(db: DB, checkpoint_id: str, version: int, incarnation: float | None = None) -> dict[str, bytes]:
+def recorded_calls(db: DB, checkpoint_id: str, version: int, incarnation: float | None = None,
+                   prefix: str | None = None) -> dict[str, bytes]:
     sql = "SELECT call_id, result FROM waypoint_ledger WHERE checkpoint_id = :c AND version = :v"
     if incarnation is not None:  # entries written before they were bound (NULL) are read as before
         sql += " AND (incarnation = :i OR incarnation IS NULL)"
-    rows = db.rows(sql, {"c": checkpoint_id, "v": version, "i": incarnation})
+    if prefix:  # by characters in both databases; compared in the database, so other tasks' rows are not sent
+        sql += " AND substr(call_id, 1, :n) = :p"
+    rows = db.rows(sql, {"c": checkpoint_id, "v": version, "i": incarnation, "p": prefix, "n": len(prefix or "")})
     where = version_label(checkpoint_id, version)
     calls = {}
     for call_id, result in rows:
@@ -640,8 +643,8 @@ class SQLStoreMethods:
         return await self._call(record_call, checkpoint_id, version, call_id, result, holder, incarnation, write=True)
 
     async def recorded_calls(self, checkpoint_id: str, version: int, *,
-                             incarnation: float | None = None) -> dict[str, bytes]:
-        return await self._call(recorded_calls, checkpoint_id, version, incarnation)
+                             incarnation: float | None = None, prefix: str | None = None) -> dict[str, bytes]:
+        return await self._call(recorded_calls, checkpoint_id, version, incarnation, prefix)
 
     async def history(self, checkpoint_id: str, *, limit: int | None = None) -> list[CheckpointMeta]:
         return await self._call(history, checkpoint_id, limit)

@@ -143,9 +143,10 @@ class MemoryStore(RelayMemory):
         return True
 
     async def recorded_calls(self, checkpoint_id: str, version: int, *,
-                             incarnation: float | None = None) -> dict[str, bytes]:
+                             incarnation: float | None = None, prefix: str | None = None) -> dict[str, bytes]:
         return {k: data for k, (written, data) in self._ledger.get((checkpoint_id, version), {}).items()
-                if incarnation is None or written is None or written == incarnation}
+                if (incarnation is None or written is None or written == incarnation)
+                and (prefix is None or k.startswith(prefix))}
 
     async def history(self, checkpoint_id: str, *, limit: int | None = None) -> list[CheckpointMeta]:
         check_limit(limit, f"history('{checkpoint_id}')")

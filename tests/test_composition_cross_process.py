@@ -207,3 +207,27 @@ def test_a_crash_with_two_agent_tool_calls_in_flight_reruns_both_with_their_keys
     assert sorted(r[0] for r in again) == ["slow", "slow"] and all(r[4] == "True" for r in again)
     assert sorted(r[3] for r in again) == sorted(r[3] for r in first)  # each with its own key, as before
     assert len({r[3] for r in first}) == 2
+
+
+def test_a_crash_late_in_a_long_agent_tool_run_continues_it_with_its_whole_conversation(tmp_path):
+    """40 rounds of the researcher's lookups, each recorded as a segment of its conversation's chain in the
+    supervisor's versions (issue 34 §1): after a SIGKILL in the 41st tool call, the takeover reads the chain back
+    whole — the researcher counts its rounds from its conversation, so a lost message would run a lookup again."""
+    db, journal = tmp_path / "runs.db", tmp_path / "journal"
+    victim = start(db, "long", "three", "run", "go", journal=journal, tool="slow", sleep=60, unguarded=True, rounds=40)
+    deadline = time.monotonic() + 60
+    while [r[0] for r in executed(journal)][-1:] != ["slow"]:
+        assert time.monotonic() < deadline and victim.poll() is None, victim.communicate()
+        time.sleep(0.02)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    assert models(journal) == {"supervisor": 1, "researcher": 41}
+
+    code, out, err = run(db, "long", "three", "continue", journal=journal, tool="slow", unguarded=True, takeover=True,
+                         rounds=40)
+    assert code == 0, err
+    rows = executed(journal)
+    assert [r[0] for r in rows] == ["lookup"] * 40 + ["slow", "slow"]
+    assert [r[1] for r in rows[:40]] == ["backups"] + [f"backups {i}" for i in range(1, 40)]
+    assert rows[-1][4] == "True" and rows[-1][3] == rows[-2][3]
+    assert models(journal) == {"supervisor": 2, "researcher": 42}

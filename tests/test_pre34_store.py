@@ -56,3 +56,30 @@ async def test_a_graph_over_a_dict_list_resumes_where_it_paused(store):
     assert await graph.ainvoke(None, checkpoint_id="dicts") == 5
     snap = await graph.get_run("dicts")
     assert [item["step"] for item in snap.state.items] == [1, 2, 3, 4, 5]
+
+
+def test_a_supervisor_killed_inside_its_agent_tool_before_issue_34_is_taken_over_where_it_was(tmp_path):
+    """tests/fixtures/pre34_nested.db (tests/fixtures/make_pre34_nested.py): the researcher's finished steps are in
+    the supervisor's position encoded whole, as before nested runs had parts of their own. A process of today
+    takes it over: the lookup that finished is not run again, the cut-off call runs again under its key, and the
+    run's next versions store the researcher's progress in the new encoding."""
+    import json
+    import subprocess
+
+    db, journal = tmp_path / "runs.db", tmp_path / "journal"
+    shutil.copy(Path(__file__).parent / "fixtures" / "pre34_nested.db", db)
+    proc = Path(__file__).parent / "procs" / "composition_proc.py"
+    done = subprocess.run([sys.executable, str(proc), str(db), "sup", "three", "continue", "--journal", str(journal),
+                           "--tool", "slow", "--unguarded", "--takeover"], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    rows = [line.split(" ") for line in journal.read_text().splitlines()]
+    assert [r[:2] for r in rows] == [["tool", "slow"], ["model", "researcher"], ["model", "supervisor"]]
+    assert rows[0][-1] == "True"  # a rerun of the call the kill cut off
+    outputs = [json.loads(line)["output"] for line in done.stdout.splitlines() if '"output"' in line]
+    assert outputs[-1][:2] == [["supervisor"], "assistant"] and "slowly found backups" in outputs[-1][2]
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:  # before the takeover: whole; after it: parts of its own
+        nested = [json.loads(parts) for (parts,) in conn.execute(
+            "SELECT parts FROM waypoint_checkpoints WHERE checkpoint_id = 'sup' ORDER BY version")]
+    assert not any(n.startswith("n:") for n in nested[0]) and any(n.startswith("n:") for p in nested for n in p)

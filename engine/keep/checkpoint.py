@@ -28,7 +28,6 @@ from __future__ import annotations
 import enum
 import functools
 import hashlib
-import inspect
 import logging
 import operator
 import os
@@ -38,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointCorrupted
-from ..run import RunPosition, paused_records
+from ..run import RunPosition, paused_records, takes_keyword
 from ..shape import StateJournal
 from .content import (
     position_from_plain,
@@ -47,7 +46,8 @@ from .content import (
     split_state,
 )
 from .lease import lease_clock
-from .reading import FORMAT, RESTORE, Loaded, PartCache, VersionReader, binding
+from .nested_writer import NestedWriter
+from .reading import FORMAT, NESTED_FORMAT, RESTORE, Loaded, PartCache, VersionReader, binding
 from .store import (
     MAX_CHAIN,
     Blob,
@@ -79,21 +79,6 @@ def _unkept_deadline(store: Any, checkpoint_id: str) -> None:
         "(engine/keep/store.py, guarantee 13)", checkpoint_id, store)
 
 
-def _fences_deadlines(store: Any) -> bool:
-    """Whether `store.put` takes `due_by` (guarantee 13); one without it relies on the check before the claim."""
-    kind = type(store)
-    known = _FENCES.get(kind)
-    if known is None:
-        try:
-            params = inspect.signature(store.put).parameters  # a wrapper's **kwargs hands it on
-            known = "due_by" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-        except (TypeError, ValueError):
-            known = False
-        _FENCES[kind] = known
-    return known
-
-
-_FENCES: dict[type, bool] = {}
 
 PRESUME_AT = 256
 """A list of items that can change in place is presumed to only grow (path 4 of `Checkpointer._list`) from this
@@ -118,7 +103,7 @@ def fingerprint(structure: dict[str, Any]) -> str:
 
 
 @dataclass(kw_only=True)
-class Checkpointer(VersionReader):
+class Checkpointer(NestedWriter, VersionReader):
     """Reads and writes one run's versions in a store (one per `ainvoke`)."""
 
     store: CheckPointStore
@@ -183,7 +168,7 @@ class Checkpointer(VersionReader):
             self._known.clear()
             self._cache.clear()
             self._graph_part = None
-            meta = await self._save(pos, status, error, journal, lease, deadline)
+            meta = await self._save(pos, status, error, journal, lease, deadline, rewrite=True)
         if journal is not None and journal.replaced:
             journal.written()
         return meta
@@ -203,16 +188,16 @@ class Checkpointer(VersionReader):
 
     async def _save(self, pos: RunPosition, status: str, error: str | None,
                     journal: StateJournal | None, lease: tuple[Any, Any] | None = None,
-                    deadline: float | None = None) -> CheckpointMeta:
+                    deadline: float | None = None, *, rewrite: bool = False) -> CheckpointMeta:
         blobs: list[Blob] = []
         if self._graph_part is None:  # the same bytes at every step: encode once
             self._graph_part = self._whole("graph", self._graph_value(), blobs)
         elif self._graph_part not in self._known:
             self._whole("graph", self._graph_value(), blobs)
-        parts = {"run": self._whole("run", position_to_plain(pos), blobs), "graph": self._graph_part}
+        parts = {"graph": self._graph_part}
+        lists: list[str] = []
         state_kind, fields = split_state(pos.state, self.serializer)
         owned = journal.owned if journal is not None and state_kind != "value" else ()
-        lists = []
         for name, value in fields.items():
             key = f"s:{name}"
             if type(value) is list:
@@ -221,8 +206,15 @@ class Checkpointer(VersionReader):
                 lists.append(key)
             else:
                 parts[key] = self._whole(key, value, blobs)
-        return await self._put(pos.step, status, error, {"parts": parts, "lists": lists, "state": state_kind}, blobs,
-                               lease, deadline)
+        placed, runs = self._place_nested(pos, parts, lists, blobs, rewrite)
+        parts["run"] = self._whole("run", position_to_plain(pos, nested=placed), blobs)
+        content = {"parts": parts, "lists": lists, "state": state_kind}
+        if runs:
+            content["format"] = NESTED_FORMAT
+        meta = await self._put(pos.step, status, error, content, blobs, lease, deadline)
+        for entry in runs:  # the store has them now
+            entry.blobs = []
+        return meta
 
     def _graph_value(self) -> dict[str, Any]:
         """The `graph` part: the structure, and the state's schema beside it (readers before it ignore the key)."""
@@ -268,7 +260,7 @@ class Checkpointer(VersionReader):
             record["cancel"] = self.cancelled_by
         header = self.serializer.dumps(record, root=f"checkpoint '{self.checkpoint_id}'")
         self.sent = lease_clock()  # the store stamps the lease no earlier (on its clock): see engine/keep/lease.py
-        fence = {"due_by": self.answer_by} if self.answer_by is not None and _fences_deadlines(self.store) else {}
+        fence = {"due_by": self.answer_by} if self.answer_by is not None and takes_keyword(self.store.put, "due_by") else {}
         stored = await self.store.put(meta, header, content["parts"], blobs, expected_version=self.version,
                                       holder=self.owner if self.holding else None, takeover=self.takeover,
                                       fresh=self.created_at is None, **fence)
@@ -304,8 +296,10 @@ class Checkpointer(VersionReader):
         h.update(data)
         return h.hexdigest()
 
-    def _whole(self, name: str, value: Any, blobs: list[Blob]) -> str:
+    def _whole(self, name: str, value: Any, blobs: list[Blob], keep: dict[str, Any] | None = None) -> str:
         data = self.serializer.encode_value(value, root=f"{self.checkpoint_id}.{name}")
+        if keep is not None:
+            keep[name] = data
         digest = self._hash(None, data)
         if digest not in self._known:
             blobs.append(Blob(hash=digest, data=data))
@@ -446,8 +440,10 @@ class Checkpointer(VersionReader):
         return digest
 
     def snapshot(self, pos: RunPosition) -> bytes:
-        """The position as one encoded value, kept in memory (a failure in a non-step mode stores it)."""
-        return self.serializer.encode_value({"run": position_to_plain(pos), "state": pos.state},
+        """The position as one encoded value, kept in memory (a failure in a non-step mode stores it); nested runs'
+        progress in it is encoded whole, as before format 3."""
+        nested = {a: e if type(e) is bytes else self.snapshot(self.nested_position(e)) for a, e in pos.nested.items()}
+        return self.serializer.encode_value({"run": position_to_plain(pos, nested=nested), "state": pos.state},
                                             root=f"checkpoint '{self.checkpoint_id}'")
 
     def from_snapshot(self, data: bytes) -> RunPosition:

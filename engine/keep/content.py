@@ -20,7 +20,10 @@ __all__ = ["position_to_plain", "position_from_plain", "split_state", "join_stat
 
 # --- position <-> plain values ------------------------------------------------------------------------
 
-def position_to_plain(pos: RunPosition) -> dict[str, Any]:
+def position_to_plain(pos: RunPosition, *, nested: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The position as plain values; `nested`: the nested runs' progress as stored (engine/keep/nested_parts.py),
+    instead of `pos.nested`."""
+    nested = pos.nested if nested is None else nested
     return {
         "step": pos.step, "pending": pos.pending, "inbox": pos.inbox, "skipped": pos.skipped,
         "interrupts": {k: _record_to_plain(r) for k, r in pos.interrupts.items()},
@@ -30,7 +33,7 @@ def position_to_plain(pos: RunPosition) -> dict[str, Any]:
         **({"static_ids": pos.static_ids} if pos.static_ids else {}),
         **({"lineage": pos.lineage} if pos.lineage else {}),
         **({"answers": pos.answers} if pos.answers is not None else {}),
-        **({"nested": pos.nested} if pos.nested else {}),
+        **({"nested": nested} if nested else {}),
         **({"writers": pos.writers} if pos.writers else {}),
         **({"takeovers": [pos.taken_at, pos.takeovers]} if pos.takeovers else {}),
         **({"turn": pos.turn} if pos.turn else {}),
@@ -63,7 +66,7 @@ def position_from_plain(d: dict[str, Any]) -> RunPosition:
     _shape(all(type(v) is list and all(type(n) is str for n in v) for v in (d["before"], d["after"])), "pauses")
     static_ids, lineage, answers = d.get("static_ids", {}), d.get("lineage", ""), d.get("answers")
     nested = d.get("nested", {})
-    _shape(_str_map(nested) and all(type(v) is bytes for v in nested.values()), "nested runs")
+    _shape(_str_map(nested) and all(type(v) in (bytes, str) for v in nested.values()), "nested runs")
     _shape(_str_map(static_ids) and all(type(v) is str for v in static_ids.values()), "static pause IDs")
     _shape(type(lineage) is str and (answers is None or _str_map(answers)), "lineage or answers")
     if answers is not None:
@@ -115,27 +118,27 @@ def _shape(ok: bool, what: str) -> None:
 
 # --- state <-> parts -----------------------------------------------------------------------------------
 
-def split_state(state: Any, serializer: Serializer) -> tuple[Any, dict[str, Any]]:
+def split_state(state: Any, serializer: Serializer, *, room: int = MAX_PART_NAME - 2) -> tuple[Any, dict[str, Any]]:
     """The state's kind and its fields: a dict's str keys, a registered class's fields, or itself.
 
-    A state with more fields than a version may have parts, or with a field name too long for a part
-    name, is one part: the writer never writes what a reader (or a store) would refuse.
+    A state with more fields than a version may have parts, or with a field name longer than `room` (what its
+    part name leaves for it), is one part: the writer never writes what a reader (or a store) would refuse.
     """
     if state is None:
         return None, {}
-    if type(state) is dict and _fits(state):
+    if type(state) is dict and _fits(state, room):
         return "dict", state
     entry = serializer.registry.entry_for_type(type(state))
     if entry is not None and entry.kind in ("model", "dataclass"):
         fields = entry.dump(state)
-        if _fits(fields):
+        if _fits(fields, room):
             return ["obj", entry.name], fields
     return "value", {"": state}
 
 
-def _fits(fields: dict[Any, Any]) -> bool:
+def _fits(fields: dict[Any, Any], room: int) -> bool:
     """Whether each field can be a part of its own: str names that fit, and not too many of them."""
-    return len(fields) <= MAX_PARTS - 2 and all(type(k) is str and len(k) <= MAX_PART_NAME - 2 for k in fields)
+    return len(fields) <= MAX_PARTS - 2 and all(type(k) is str and len(k) <= room for k in fields)
 
 
 def join_state(kind: Any, fields: dict[str, Any], serializer: Serializer) -> Any:

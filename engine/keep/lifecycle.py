@@ -385,9 +385,10 @@ class _Progress:
     """Nested runs' steps, recorded in the root run's checkpoint (`RunPosition.nested`, durability="step").
 
     A nested run (a subgraph node's, or one started by code in a task: engine/compose/nested.py) reports each of its
-    finished steps; the root's position then holds it, encoded as it was at that step, and a new version is
-    written — with the root's ledger page unchanged, since the root's step is still the same. A task run
-    again after a crash continues its nested run from there: nothing it finished runs again.
+    finished steps; the root's position then holds it, encoded as it was at that step in parts of its own (only what
+    the step changed is new: engine/keep/nested_parts.py), and a new version is written — with the root's ledger
+    page unchanged, since the root's step is still the same. A task run again after a crash continues its nested
+    run from there: nothing it finished runs again.
     """
 
     def __init__(self, session: _Session, root: Run) -> None:
@@ -395,15 +396,15 @@ class _Progress:
         self.root = root
 
     async def save(self, address: str, pos: Any) -> None:
-        self.root.pos.nested[address] = self.session.cp.snapshot(pos)
+        self.root.pos.nested[address] = self.session.cp.nested(address, pos)
         await self.session._save(self.root, "running")
 
     def drop(self, address: str) -> None:
-        self.root.pos.nested.pop(address, None)
+        self.session.cp.forget(self.root.pos.nested.pop(address, None))
 
     def recall(self, address: str) -> Any:
-        data = self.root.pos.nested.get(address)
-        return None if data is None else self.session.cp.from_snapshot(data)
+        entry = self.root.pos.nested.get(address)
+        return None if entry is None else self.session.cp.recall(entry)
 
 
 async def _after(lock: asyncio.Lock, save: Any) -> Any:

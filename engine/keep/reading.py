@@ -14,6 +14,7 @@ from ..events import clean_trace
 from ..run import RunPosition
 from ..shape import state_changes
 from .content import join_state, position_from_plain
+from .nested_parts import NESTED, ListBytes, NestedRun, nested_key
 from .store import MAX_CHAIN, Checkpoint, CheckpointMeta, meta_problem, parts_problem, version_label
 
 if TYPE_CHECKING:
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
 FORMAT = 2
 """Header format: 2 binds the header to its version (the "meta" map); 1 (no binding) is still read
 by an unsigned Serializer and refused by a signed one."""
+NESTED_FORMAT = 3
+"""Format 2, with nested runs' progress in parts of their own (engine/keep/nested_parts.py): written only by a
+version that holds some, so every other version stays readable by a Waypoint that reads format 2."""
 RESTORE = "restore the database from a backup or delete this run"
 
 
@@ -160,10 +164,13 @@ class VersionReader:
             raise CheckpointCorrupted(
                 f"{where}: its content does not have the expected shape ({describe(err)}); {RESTORE}") from err
         for name, head in record.parts.items():  # a field whose type changed is not decoded: it may not any more
-            if name not in ("run", "graph") and name[2:] not in changed:
+            if name not in ("run", "graph") and (name.startswith(NESTED) or name[2:] not in changed):
                 decode(name, head)
         try:
+            nested = {k: values.pop(k) for k in [k for k in values if k.startswith(NESTED)]}
             position = position_from_plain(values.pop("run"))
+            if nested or any(type(v) is str for v in position.nested.values()):
+                position.nested = self._nested_runs(position.nested, nested, record, lists, where)
             fields = {k[2:]: v for k, v in values.items()}
             if changes and self.fit_state is not None:
                 fields, changes = self.fit_state(changes, fields), []
@@ -175,6 +182,35 @@ class VersionReader:
                 f"{where}: its content does not have the expected shape ({describe(err)}); {RESTORE}") from err
         return Loaded(meta=record.meta, position=position, structure=structure, trace=trace,
                       state_changes=changes, cancelled_by=cancelled_by), content
+
+    def _nested_runs(self, stored: dict[str, Any], values: dict[str, Any], record: Checkpoint, lists: set[str],
+                     where: str) -> dict[str, Any]:
+        """The root position's nested runs, each one's parts checked against the address it is stored for
+        (engine/keep/nested_parts.py); parts no nested run of the position names are corrupted content."""
+        runs: dict[str, Any] = {}
+        for address, held in stored.items():
+            if type(held) is bytes:  # written before format 3
+                runs[address] = held
+                continue
+            head = values.pop(held, None)
+            if held != nested_key(address) or type(head) is not dict or head.get("address") != address:
+                raise CheckpointCorrupted(f"{where}: the nested run at {address[:200]!r} names parts that are not its "
+                                          f"own; {RESTORE}")
+            prefix = held + ":s:"
+            names = [n for n in values if n.startswith(prefix)]
+            fields = {n[len(prefix):]: values.pop(n) for n in names}
+            pos = position_from_plain(head["run"])
+            pos.state = join_state(head["state"], fields, self.serializer)
+            data: dict[str, Any] = {held: record.chains[held][0].data}
+            for n in names:
+                cached = self._cache[n]
+                data[n] = ListBytes(cached.count, cached.raw or b"", None, 0) if n in lists \
+                    else record.chains[n][0].data
+            runs[address] = NestedRun(address=address, key=held, parts={n: record.parts[n] for n in (held, *names)},
+                                      lists=[n for n in names if n in lists], data=data, position=pos)
+        if values:
+            raise CheckpointCorrupted(f"{where}: it holds parts of a nested run its position does not name; {RESTORE}")
+        return runs
 
     def _state_changes(self, structure: dict[str, Any], kind: Any, held: set[str]) -> list[Any]:
         """The state changes a stored state of `kind` holding the fields `held` meets in this reader's schema (none
@@ -195,10 +231,10 @@ class VersionReader:
                     "version; a signed store refuses it (its content could be replayed as another run or "
                     "version). Resume or finish it with the Waypoint release that wrote it, or delete it"
                 )
-        elif type(fmt) is int and fmt > FORMAT:
+        elif type(fmt) is int and fmt > NESTED_FORMAT:
             raise CheckpointCorrupted(f"{where}: its header has format {fmt}, newer than this Waypoint reads "
-                                      f"({FORMAT}); upgrade waypoint-graph to read it")
-        elif fmt != FORMAT:
+                                      f"({NESTED_FORMAT}); upgrade waypoint-graph to read it")
+        elif fmt not in (FORMAT, NESTED_FORMAT):
             raise CheckpointCorrupted(f"{where}: its header has no valid format number; {RESTORE}")
         else:
             self._checkbinding(header.get("meta"), record.meta, where)
@@ -206,8 +242,10 @@ class VersionReader:
         if header.get("parts") != dict(record.parts) or type(lists) is not list \
                 or not all(type(n) is str for n in lists) or not _is_state_kind(state):
             raise CheckpointCorrupted(f"{where}: its header does not match its part list; {RESTORE}")
-        return ({"parts": dict(record.parts), "lists": lists, "state": state}, clean_trace(header.get("trace")),
-                CancelledBy.read(header.get("cancel")))
+        content = {"parts": dict(record.parts), "lists": lists, "state": state}
+        if fmt == NESTED_FORMAT:  # what `mark` writes again
+            content["format"] = fmt
+        return content, clean_trace(header.get("trace")), CancelledBy.read(header.get("cancel"))
 
     def _checkbinding(self, bound: Any, meta: CheckpointMeta, where: str) -> None:
         expected = binding(meta)
@@ -259,7 +297,7 @@ class VersionReader:
                 raise CheckpointCorrupted(f"{where}: part '{name}' adds up to more than MAX_RECORD_BYTES")
             bodies.append(segment[1])
         raw = b"".join(bodies)
-        items = ser.unpack(_array_head(count) + raw)
+        items = ser.unpack(array_head(count) + raw)
         if type(items) is not list or len(items) != count:
             raise CheckpointCorrupted(f"{where}: part '{name}' segments do not add up to its items")
         self._cache[name] = PartCache(head=head, raw=raw, count=count, links=len(chain))
@@ -309,7 +347,7 @@ def _is_state_kind(kind: Any) -> bool:
         len(kind) == 2 and kind[0] == "obj" and type(kind[1]) is str)
 
 
-def _array_head(count: int) -> bytes:
+def array_head(count: int) -> bytes:
     if count < 16:
         return bytes([0x90 | count])
     if count < 1 << 16:

@@ -288,9 +288,11 @@ class CheckPointStore(Protocol):
         while that owner holds the run's lease (guarantee 11), else `LeaseLost`."""
 
     async def recorded_calls(self, checkpoint_id: str, version: int, *,
-                             incarnation: float | None = None) -> dict[str, bytes]:
+                             incarnation: float | None = None, prefix: str | None = None) -> dict[str, bytes]:
         """Ledger: every result recorded for `(checkpoint_id, version)` of the run's incarnation
-        `incarnation` (every incarnation's when None), by call id."""
+        `incarnation` (every incarnation's when None), by call id; with `prefix`, only the call ids that start
+        with it (one task's: a page that a nested run's steps share holds many). A store without `prefix` is
+        still used: the engine then picks the task's entries itself."""
 
     async def history(self, checkpoint_id: str, *, limit: int | None = None) -> list[CheckpointMeta]:
         """The run's versions, newest first."""

@@ -52,6 +52,7 @@ from .task import (
     enclosing_state,
     idempotency_key,
     ledger_epoch,
+    takes_keyword,
     task_ledger,
 )
 
@@ -62,5 +63,5 @@ __all__ = [
     "current_version", "due_answers", "emit_chunk", "enclosing_state", "escape_part", "get_interrupt_id", "get_interrupt_info",
     "get_interrupt_state", "get_resume_context", "idempotency_key", "in_daemon_thread", "interrupt_info",
     "ledger_epoch", "legacy_interrupt_id", "pause_again", "paused_records", "pending_interrupt_ids", "pending_of", "register_merge",
-    "reissue_ids", "retire_failed_answers", "segment_of", "sleep_until", "standing_answers", "task_ledger", "unescape_part", "utc"
+    "reissue_ids", "retire_failed_answers", "segment_of", "sleep_until", "standing_answers", "takes_keyword", "task_ledger", "unescape_part", "utc"
 ]

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -23,7 +24,7 @@ from typing import Any
 from ..events import Event
 from .scope import current_task
 
-__all__ = ["emit_chunk", "task_ledger", "TaskLedger", "current_checkpoint_id", "current_version", "idempotency_key",
+__all__ = ["emit_chunk", "takes_keyword", "task_ledger", "TaskLedger", "current_checkpoint_id", "current_version", "idempotency_key",
            "ledger_epoch", "check_lease", "Attempts", "collecting_attempts", "start_over", "enclosing_state"]
 
 
@@ -35,6 +36,24 @@ async def emit_chunk(data: Any) -> None:
     emitter = scope.run.emitter
     if emitter.wants("chunk"):
         await emitter.emit(Event("chunk", scope.path, data, scope.run.pos.step))
+
+
+def takes_keyword(method: Any, name: str) -> bool:
+    """Whether `method` (a store's, say) takes the keyword `name`: a store written before it was added is still
+    used, without it. A wrapper's `**kwargs` hands it on. Known once per class and method."""
+    key = (type(getattr(method, "__self__", None)), getattr(method, "__name__", ""), name)
+    known = _TAKES.get(key)
+    if known is None:
+        try:
+            params = inspect.signature(method).parameters
+            known = name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+        except (TypeError, ValueError):
+            known = False
+        _TAKES[key] = known
+    return known
+
+
+_TAKES: dict[tuple[type, str, str], bool] = {}
 
 
 class TaskLedger:
@@ -68,7 +87,8 @@ class TaskLedger:
         Each entry names the run, the page and the key it was written for, inside the (signed) record:
         an entry copied to another run, page or key is `CheckpointCorrupted`, never a result.
         """
-        rows = await self.store.recorded_calls(self.checkpoint_id, self.epoch, incarnation=self.incarnation)
+        asked = {"prefix": self.prefix} if takes_keyword(self.store.recorded_calls, "prefix") else {}
+        rows = await self.store.recorded_calls(self.checkpoint_id, self.epoch, incarnation=self.incarnation, **asked)
         n = len(self.prefix)
         return {k[n:]: self._open(k, v) for k, v in rows.items() if k.startswith(self.prefix)}
 

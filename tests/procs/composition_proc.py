@@ -4,8 +4,9 @@
 
 SCENARIO:
 - `three`: a supervisor → `AgentTool(researcher)` → the researcher's tool, under `ApprovalMiddleware`. The
-  researcher first calls `lookup` (not guarded), then the tool named by `--tool` (`search`, or `slow`: writes
-  its side effect, then sleeps `--sleep` seconds), both guarded unless `--unguarded`.
+  researcher first calls `lookup` (not guarded; `--rounds` times, one call a model call), then the tool named by
+  `--tool` (`search`, or `slow`: writes its side effect, then sleeps `--sleep` seconds), both guarded unless
+  `--unguarded`.
 - `sequential`: `SequentialAgent(a, b, c)`; b's tool `publish` needs approval; each stores its answer under
   `output_key` and reads the ones before it in its instruction.
 - `parallel`: `ParallelAgent(a, b, c)`; b's tool `publish` needs approval.
@@ -114,9 +115,10 @@ def build(args):
     if args.scenario == "three":
         researcher = ChatModelAgent(
             name="researcher", description="Finds things out.", tools=[t["lookup"], t["search"], t["slow"]],
-            model=Scripted("researcher", [[["lookup", {"topic": "backups"}]], [[args.tool, {"query": "backups"}]]],
+            model=Scripted("researcher", [*([["lookup", {"topic": f"backups {i}" if i else "backups"}]]
+                                              for i in range(args.rounds)), [[args.tool, {"query": "backups"}]]],
                            args.journal),
-            middlewares=guard("search", "slow"))
+            middlewares=guard("search", "slow"), max_iterations=args.rounds + 5)
         calls = [["researcher", {"request": f"find out about backups ({i})"}] for i in range(args.calls)]
         return ChatModelAgent(name="supervisor", instruction="You delegate.", tools=[AgentTool(researcher)],
                               model=Scripted("supervisor", [calls], args.journal))
@@ -201,4 +203,5 @@ if __name__ == "__main__":
     p.add_argument("--unguarded", action="store_true")
     p.add_argument("--streaming", action="store_true")
     p.add_argument("--takeover", action="store_true")
+    p.add_argument("--rounds", type=int, default=1)
     sys.exit(asyncio.run(main(p.parse_args())))

@@ -80,6 +80,17 @@ async def test_ledger_is_idempotent(store):
     assert await store.recorded_calls("run-1", 4) == {}
 
 
+async def test_the_ledger_hands_back_one_tasks_entries_by_prefix(store):
+    """A nested run's steps share the root's page: a task reads its own entries, not every step's (issue 34 §1)."""
+    for key in ("a;node:tools|c1", "a;node:tools|c2", "a;node:tools2|c1", "a;node:tool|c1", "b|c1", "a;node:tools"):
+        await store.record_call("run-1", 3, key, key.encode())
+    await store.record_call("run-1", 4, "a;node:tools|c3", b"other page")
+    assert await store.recorded_calls("run-1", 3, prefix="a;node:tools|") == {"a;node:tools|c1": b"a;node:tools|c1",
+                                                                              "a;node:tools|c2": b"a;node:tools|c2"}
+    assert await store.recorded_calls("run-1", 3, prefix="é|") == {}
+    assert len(await store.recorded_calls("run-1", 3)) == 6
+
+
 async def test_history_and_list_order_filters_and_paging(store):
     for cid, updated, status in (("a", 10.0, "completed"), ("b", 20.0, "interrupted"), ("c", 30.0, "interrupted")):
         await store.put(meta(cid, 1, "running", updated - 5), b"h", {}, [], expected_version=None)

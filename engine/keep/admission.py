@@ -16,6 +16,7 @@ from ..errors import (
     CheckpointExists,
     CheckpointNotFound,
     GraphMismatch,
+    GraphRunError,
     PauseExpired,
     UnknownInterrupt,
 )
@@ -78,6 +79,9 @@ class Admission:
             return
         if input is not None:
             raise CheckpointExists(self._paused_message(loaded))
+        if opts.start_state is not None:
+            raise CheckpointExists(f"run '{self.source}' exists and this call continues it: start_state= is for a new "
+                                   "run only (force_new_run=True starts one on the ID)")
         if loaded.meta.status == "completed" and opts.version is None:
             raise CheckpointError(f"run '{self.source}' has completed; there is nothing to resume")
         self._check_graph(loaded, request)
@@ -120,7 +124,7 @@ class Admission:
         return newest.position.turn.get("input", 0) if newest is not None else 0
 
     def _start_new(self, run: Run, input: Any, *, fresh: bool, carried: int) -> None:
-        run.start(input)
+        run.start(input, start_state(self.graph, self.opts))
         turn = self.opts.turn
         taken = max(carried, (turn or {}).get("input", 0))
         run.pos.turn = {**(turn or {}), "input": taken} if taken or turn else {}
@@ -379,3 +383,19 @@ def _count_takeover(pos: Any, loaded_version: int, claim_version: int) -> None:
 
 def _clock(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def start_state(graph: GraphShape, opts: Any) -> Any:
+    """The state a new run starts from: `opts.start_state` once checked against the graph, or None (the factory's)."""
+    state = opts.start_state
+    if state is None:
+        return None
+    factory = graph.state_factory
+    if factory is None:
+        raise GraphRunError(f"graph '{graph.name}' has no run-local state: start_state= is only for a graph with one")
+    fresh = factory()
+    if type(state) is not type(fresh):
+        raise GraphRunError(f"graph '{graph.name}': start_state= is a {type(state).__name__}, but its state is a "
+                            f"{type(fresh).__name__}; pass one of those")
+    return state
+

@@ -61,7 +61,7 @@ from ..run import (
     interrupt_info,
 )
 from ..shape import GraphShape
-from .admission import Admission
+from .admission import Admission, start_state
 from .cancel import cancelled, safe_point
 from .checkpoint import Checkpointer, Loaded
 from .lease import LeaseKeeper, reserve
@@ -97,6 +97,10 @@ class RunOptions:
     answered_at: float | None = None
     """When the answers in `resume` were given, on the store's clock (a run queue stamps it as it queues them):
     a pause whose deadline came after that still takes them, however late they are applied."""
+    start_state: Any = None
+    """A new run's run-local state, instead of a fresh one from the graph's state factory (an instance of the same
+    type). The `Runner` starts a chat's next turn from the conversation this way, so the turn's first version holds
+    only its new messages as input, not the conversation again. Refused where the call continues a stored run."""
 
 
 async def run_graph(graph: GraphShape, input: Any, opts: RunOptions, *, emitter: Emitter,
@@ -108,7 +112,7 @@ async def run_graph(graph: GraphShape, input: Any, opts: RunOptions, *, emitter:
     _check_ids(graph, opts)
     if graph.store is None or opts.checkpoint_id is None:
         _refuse_without_store(graph, opts, request)
-        run.start(input)
+        run.start(input, start_state(graph, opts))
         return await _observed(emitter, RunInfo(graph=graph.name), lambda: _unstored(run, emitter), lambda: None)
     session = _Session(graph, opts, emitter)
     with executing(session.cp.owner):  # a takeover in this process can tell this run is alive here

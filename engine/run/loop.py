@@ -82,10 +82,13 @@ class Run(NodeCalls):
 
     # --- phase 1: start or restore ---------------------------------------------------------------
 
-    def start(self, input: Any) -> None:
-        """Begin a fresh run: new state, START's output delivered (routing happens in `execute`)."""
+    def start(self, input: Any, state: Any = None) -> None:
+        """Begin a fresh run: new state (`state`, when given), START's output delivered (routing happens in
+        `execute`)."""
         factory = self.graph.state_factory
-        self.pos = RunPosition(state=factory() if factory is not None else self.parent_state)
+        if state is None:
+            state = factory() if factory is not None else self.parent_state
+        self.pos = RunPosition(state=state)
         self.pos.pending[START] = input
 
     def restore(self, pos: RunPosition, resume: Any = None) -> None:

@@ -1,0 +1,98 @@
+"""A chat's next turn writes what is new, once (issue 34 §2): its run starts with the conversation as its state
+(`start_state`), so the turn's first version holds the new message as input, not the conversation again, and the
+state part goes on from the chain the last turn left. The model is still sent the whole conversation."""
+
+from __future__ import annotations
+
+import pytest
+
+from waypoint.engine import END, START, ChatModelAgent, CheckpointExists, Graph, GraphRunError, Runner
+from waypoint.engine.agents.chat_agent import AgentState
+from waypoint.engine.models import ScriptedChatModel
+from waypoint.stores import SQLiteStore
+
+WORDS = " ".join(["word"] * 60)
+
+
+class Measured(SQLiteStore):
+    def __init__(self, path) -> None:
+        super().__init__(path)
+        self.written: list[int] = []
+
+    async def put(self, meta, header, parts, blobs, **kw):
+        self.written.append(sum(len(b.data) for b in blobs))
+        return await super().put(meta, header, parts, blobs, **kw)
+
+
+async def test_a_turn_writes_the_same_bytes_at_turn_30_as_at_turn_3_and_the_model_sees_everything(tmp_path):
+    store = Measured(tmp_path / "chat.db")
+    model = ScriptedChatModel([f"answer {i} {WORDS}" for i in range(30)])
+    runner = Runner(ChatModelAgent(name="chat", instruction="Be brief.", model=model), store=store)
+    per_turn = []
+    for i in range(30):
+        before = len(store.written)
+        [e async for e in runner.run(f"message {i} {WORDS}", checkpoint_id="c")]
+        per_turn.append(sum(store.written[before:]))
+    # a turn adds ~700 B of conversation: the conversation written again would add ~19 KB from turn 3 to turn 30
+    assert per_turn[29] - per_turn[2] < 1000, per_turn
+    sent = model.calls[-1].messages
+    assert [m.role for m in sent[:3]] == ["system", "user", "assistant"] and len(sent) == 1 + 2 * 29 + 1
+    assert [m.content for m in sent if m.role == "user"] == [f"message {i} {WORDS}" for i in range(30)]
+    stored = (await runner.app.get_run("c")).state.messages
+    assert list(stored[:-1]) == list(sent) and stored[-1].content == f"answer 29 {WORDS}"
+    await store.close()
+
+
+def _stateful() -> Graph:
+    g = Graph(name="counter", state=AgentState)
+
+    def add(x, state):
+        state.iterations += x
+        return state.iterations
+
+    g.add_node("add", add)
+    g.add_edge(START, "add")
+    g.add_edge("add", END)
+    return g
+
+
+async def test_start_state_starts_a_new_run_from_it_and_is_refused_where_it_cannot_apply(tmp_path):
+    store = SQLiteStore(tmp_path / "s.db")
+    app = _stateful().compile(store=store)
+    assert await app.ainvoke(2, checkpoint_id="a", start_state=AgentState(iterations=40)) == 42
+    assert await app.ainvoke(1, checkpoint_id="a", start_state=AgentState(iterations=10)) == 11  # a new run
+    with pytest.raises(GraphRunError, match=r"graph 'counter': start_state= is a dict, but its state is a AgentState"):
+        await app.ainvoke(1, checkpoint_id="b", start_state={"iterations": 1})
+    plain = Graph(name="plain")
+    plain.add_node("id", lambda x: x)
+    plain.add_edge(START, "id")
+    plain.add_edge("id", END)
+    with pytest.raises(GraphRunError, match="graph 'plain' has no run-local state"):
+        await plain.compile(store=store).ainvoke(1, checkpoint_id="p", start_state=AgentState())
+    assert await app.get_run("b") is None  # refused before anything was written
+    await store.close()
+
+
+async def test_start_state_is_refused_by_a_call_that_continues_a_stored_run(tmp_path):
+    from waypoint.engine import Interrupt, get_resume_context
+
+    g = Graph(name="gate", state=AgentState)
+
+    def gate(x, state):
+        if not get_resume_context()[0]:
+            raise Interrupt("?")
+        return x
+
+    g.add_node("gate", gate)
+    g.add_edge(START, "gate")
+    g.add_edge("gate", END)
+    store = SQLiteStore(tmp_path / "g.db")
+    app = g.compile(store=store)
+    from waypoint.engine import GraphInterrupted
+
+    with pytest.raises(GraphInterrupted):
+        await app.ainvoke(1, checkpoint_id="g")
+    with pytest.raises(CheckpointExists, match="run 'g' exists and this call continues it: start_state= is for a new"):
+        await app.ainvoke(None, checkpoint_id="g", resume=True, start_state=AgentState())
+    assert await app.ainvoke(None, checkpoint_id="g", resume=True) == 1
+    await store.close()

@@ -23,6 +23,7 @@ from ..errors import CheckpointConflict, CheckpointExists, GraphInterrupted, Way
 from ..models.schema import Message, as_messages
 from ..run import Pending
 from .agent_events import AgentAction, AgentEvent, AgentOutput, ToolRerun, _Live
+from .summary import carried
 from .turns import Look, check_on_busy, drainable, keeps_inputs, look, mark, queue, rollback_to
 
 __all__ = ["Runner", "AgentEvent", "AgentOutput", "AgentAction", "ToolRerun"]
@@ -140,9 +141,10 @@ class Runner:
         history = await self._before_turn(found, force_new_run, policy == "rollback" and stopped)
         options = {"checkpoint_id": checkpoint_id, "force_new_run": force_new_run, "expected_version": found.version,
                    "turn": {"input": found.taken, "kept": len(history)}}
+        first = carried(_state(found), history, new)  # with the last turn's summary, if it still stands
         started = False
         try:
-            async with contextlib.aclosing(self._events([*history, *new], options, callbacks)) as events:
+            async with contextlib.aclosing(self._events(first, options, callbacks)) as events:
                 async for event in events:
                     started = True
                     yield event
@@ -196,9 +198,10 @@ class Runner:
             history = await self._before_turn(found, True, any(q.policy == "rollback" for q in found.waiting))
             options = {"checkpoint_id": checkpoint_id, "force_new_run": True, "expected_version": found.version,
                        "turn": {"input": taken.n, "kept": len(history)}}
+            first = carried(_state(found), history, new)
             started = False
             try:
-                async with contextlib.aclosing(self._events([*history, *new], options, callbacks)) as events:
+                async with contextlib.aclosing(self._events(first, options, callbacks)) as events:
                     async for event in events:
                         if not started:  # its claim is written: the input is this turn's
                             started = True
@@ -356,6 +359,11 @@ class Runner:
         finally:
             await events.aclose()
         yield AgentEvent(agent_name=self.agent.name, run_path=root, action=AgentAction(exit=True))
+
+
+def _state(found: Any) -> Any:
+    """The run-local state the last turn of a chat left (its compaction goes on with the conversation)."""
+    return found.snap.state if found.snap is not None else None
 
 
 ABANDONED = "[abandoned] this call did not run: its turn was abandoned (force_new_run) before it started"

@@ -78,8 +78,10 @@ class CompactionMiddleware(AgentMiddleware):
         start, cut = plan
         before = state.compaction
         summary = await self._summarize(ctx, before.summary if before else None, state.messages[start:cut])
+        low = before.covers if before else 0  # the system messages newly covered are sent as they are
+        kept = (*(before.kept if before else ()), *(i for i in range(low, cut) if state.messages[i].role == "system"))
         state.compaction = Compaction(summary=summary, covers=cut, made_at=len(state.messages),
-                                      count=(before.count if before else 0) + 1)
+                                      count=(before.count if before else 0) + 1, kept=tuple(kept))
         log.info("run '%s': agent '%s' summarized messages %d-%d of %d (summary %d of this run, %d characters)",
                  ctx.checkpoint_id, ctx.agent_name, start, cut - 1, len(state.messages), state.compaction.count,
                  len(summary), extra={"agent": ctx.agent_name, "checkpoint_id": ctx.checkpoint_id, "node": "prepare"})

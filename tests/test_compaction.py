@@ -92,7 +92,7 @@ async def test_past_the_budget_one_summary_call_is_made_and_the_model_is_sent_sy
     # the next folds the one before and only the messages after it: summaries never nest
     assert second.messages[1] == Message.user(transcript("SUM1", m[4:6]))
     assert second.messages[1].content.startswith("[earlier summary]\nSUM1\n\n[assistant calls tool look]\n{\"n\": 1}")
-    assert state.compaction == Compaction(summary="SUM2", covers=6, made_at=8, count=2)
+    assert state.compaction == Compaction(summary="SUM2", covers=6, made_at=8, count=2, kept=(0,))
     assert sum(1 for c in sent[3] if c.content.startswith(SUMMARY_HEADER)) == 1
 
 
@@ -147,7 +147,7 @@ def test_a_count_made_before_the_last_summary_is_not_used():
          look_call(0).model_copy(update={"usage": Usage(prompt_tokens=9000)}), Message.tool("t", tool_call_id="c0",
                                                                                             name="look")]
     assert mw.measure(m, None) == ("tokens", 9000 + 1, 100)  # + "t" (1 char ≈ 1 token, rounded up)
-    after = Compaction(summary="S", covers=2, made_at=4)
+    after = Compaction(summary="S", covers=2, made_at=4, kept=(0,))
     assert mw.measure(m, after)[0] == "characters"  # that count measured the messages the summary replaced
 
 
@@ -337,6 +337,20 @@ async def test_a_chats_next_turn_reuses_the_summary_the_last_turn_left():
     assert state.compaction.count == 2
 
 
+def test_a_turn_goes_on_with_the_summary_only_while_it_stands_for_the_same_first_messages():
+    from waypoint.engine.agents import AgentState, TurnInput
+    from waypoint.engine.agents.summary import carried
+
+    m = [Message.system("s"), Message.user("u"), *parallel(0, 1), Message.assistant("a")]
+    c = Compaction(summary="S", covers=3, made_at=5, kept=(0,))
+    last = AgentState(messages=m, compaction=c)
+    new = [Message.user("next")]
+    assert carried(last, m, new) == TurnInput(messages=[*m, *new], compaction=c)
+    assert carried(last, m[:2], new) == [*m[:2], *new]  # a rollback dropped messages it covers
+    assert carried(last, [m[0], Message.user("other"), *m[2:]], new) == [m[0], Message.user("other"), *m[2:], *new]
+    assert carried(AgentState(messages=m), m, new) == [*m, *new]
+
+
 # --- settings and the graph -----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs, said", [
@@ -372,10 +386,10 @@ def test_agents_without_compaction_keep_their_graph_and_fingerprint():
 def test_the_view_keeps_system_messages_and_never_starts_the_recent_ones_with_a_tool_result():
     m = [Message.system("s"), Message.user("u"), *parallel(0, 2), Message.user("v")]
     assert model_view(m, None) == m
-    assert model_view(m, Compaction(summary="S", covers=2, made_at=5)) == [m[0], summary("S"), *m[2:]]
+    assert model_view(m, Compaction(summary="S", covers=2, made_at=5, kept=(0,))) == [m[0], summary("S"), *m[2:]]
     # a covers that would cut a result from its call (a state edited by hand) moves back to the call
-    assert model_view(m, Compaction(summary="S", covers=4, made_at=5)) == [m[0], summary("S"), *m[2:]]
-    assert model_view(m, Compaction(summary="S", covers=99, made_at=5)) == [m[0], summary("S")]
+    assert model_view(m, Compaction(summary="S", covers=4, made_at=5, kept=(0,))) == [m[0], summary("S"), *m[2:]]
+    assert model_view(m, Compaction(summary="S", covers=99, made_at=5, kept=(0, 3, 9))) == [m[0], m[3], summary("S")]
 
 
 # --- the real openai SDK against a chat-completions server ----------------------------------------------------------

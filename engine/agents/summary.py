@@ -2,8 +2,8 @@
 middleware/compaction.py, makes the summaries; this is the part the agent itself needs).
 
 `AgentState.messages` always keeps every message: a `Compaction` in `AgentState.compaction` changes only what the
-model box sends (`model_view`): the system messages among the covered ones, then the summary as one user message,
-then the messages after the covered ones, as they are. A chat's next turn starts from the same conversation, so
+model box sends (`model_view`): the system messages among the covered ones (`kept`), then the summary as one user
+message, then the messages after the covered ones, as they are. A chat's next turn starts from the same conversation, so
 `Runner` hands the last turn's compaction to it (`carried`) and the summary is reused, not made again.
 """
 
@@ -35,6 +35,9 @@ class Compaction:
     before that measured the conversation without the summary."""
     count: int = 1
     """Summaries made in this run (each one model call); the turns of a chat add theirs up."""
+    kept: tuple[int, ...] = ()
+    """The positions, below `covers`, of the messages sent as they are before the summary (the system messages):
+    kept here so that what the model is sent costs the same however long the conversation grows."""
 
 
 @register_type(name="waypoint.TurnInput")
@@ -56,7 +59,7 @@ def model_view(messages: Sequence[Message], compaction: Compaction | None) -> li
     covers = min(max(compaction.covers, 0), len(messages))
     while 0 < covers < len(messages) and messages[covers].role == "tool":
         covers -= 1
-    kept = [m for m in messages[:covers] if m.role == "system"]
+    kept = [messages[i] for i in compaction.kept if 0 <= i < covers]
     return [*kept, Message.user(SUMMARY_HEADER + compaction.summary), *messages[covers:]]
 
 

@@ -169,6 +169,7 @@ async def test_a_tool_call_is_never_cut_from_its_results_parallel_calls_included
     state = await run(Runner(agent(model, summarizer, max_chars=2500, keep_last=keep_last), store=MemoryStore()),
                       "go")
     assert summarizer.calls, "the budget was never crossed: the test checks nothing"
+    assert state.messages[state.compaction.covers].role != "tool"  # the stored cut itself, not only what is sent
     for call in model.calls:
         sent = list(call.messages)
         assert sent[0] == state.messages[0]  # the system message, first, as it is

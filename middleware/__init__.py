@@ -1,4 +1,4 @@
-"""Agent middleware: approval, safe tools, retries, logging. The hook protocol (`AgentMiddleware`) is the
+"""Agent middleware: approval, safe tools, retries, logging, compaction of long conversations. The hook protocol (`AgentMiddleware`) is the
 engine's; these implementations import the engine, never the reverse. In an agent's list of
 middlewares the first is the outermost (chapter 7's order: `[ApprovalMiddleware(...),
 SafeToolMiddleware()]`, so the safe-tool wrapper never turns an approval into an error result).
@@ -8,11 +8,11 @@ SafeToolMiddleware()]`, so the safe-tool wrapper never turns an approval into an
 from waypoint.engine import AgentMiddleware
 
 from .approval import ApprovalError, ApprovalInfo, ApprovalMiddleware, ApprovalResult
+from .compaction import CompactionMiddleware
 from .log import LoggingMiddleware
 from .pending import Pending, classify_interrupt
 from .retry import ModelRetryMiddleware, ToolRetryMiddleware, transient
 from .safe import SafeToolMiddleware
-
 
 
 def __getattr__(name: str):
@@ -35,6 +35,7 @@ __all__ = [
     "ModelRetryMiddleware",
     "transient",
     "LoggingMiddleware",
+    "CompactionMiddleware",
     "Pending",
     "classify_interrupt",
 ]

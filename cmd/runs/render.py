@@ -141,6 +141,7 @@ def run_json(run: StoredRun) -> dict[str, Any]:
         out["messages"] = [message_json(m) for m in run.state.messages]
         out["decisions"] = plain(run.state.decisions)
         out["iterations"] = run.state.iterations
+        out["compaction"] = plain(getattr(run.state, "compaction", None))  # what the model is sent for the first ones
     else:
         out["state"] = plain(run.state)
     out["output"] = output_json(run.output, limit=TEXT_LIMIT)
@@ -192,6 +193,11 @@ def _show_agent(run: StoredRun, console: Console) -> None:
     console.line(f"messages ({len(messages)}):", "bold")
     for m in messages:
         _show_message(m, console)
+    compaction = getattr(run.state, "compaction", None)
+    if compaction is not None:  # the messages above are all kept; the model is sent the summary for the first ones
+        console.line()
+        console.line(f"summary sent for messages 1-{compaction.covers} ({compaction.count} made):", "bold")
+        console.line("  " + visible(cut(compaction.summary)).replace("\n", "\n  "))
     if run.state.decisions:
         console.line()
         console.line(f"decisions ({len(run.state.decisions)}):", "bold")

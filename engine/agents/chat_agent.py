@@ -1,8 +1,11 @@
 """`ChatModelAgent`: a ReAct loop compiled to a `Graph` (docs/agents.md draws it box by box).
 
-    START → prompt → model ─(tool calls)→ tools ─→ model …
-                       └─(an answer)→ END      ├─(return_directly / StopAgentRun)→ END
-                                               └─(transfer_to_agent)→ <handoff agent> → END
+    START → prompt → [prepare →] model ─(tool calls)→ tools ─→ [prepare →] model …
+                                   └─(an answer)→ END     ├─(return_directly / StopAgentRun)→ END
+                                                          └─(transfer_to_agent)→ <handoff agent> → END
+
+The `prepare` box is there only when a middleware has a `prepare_model` hook (compaction's summary call, a step
+of its own); without one the graph, and so a stored run's fingerprint, is what it always was.
 
 Its run-local state is an `AgentState` (the conversation and the number of model calls), stored by
 the engine like any state: the conversation is an append-only list, so a step writes its new messages
@@ -28,10 +31,14 @@ from ..tools.node import ToolsNode
 from ..tools.verbs import Decision
 from .agent_tool import calling_tools, publish_decisions
 from .handoff import check_handoffs, handoff_input, transfer_tool
-from .middleware import AgentContext, StoredMessage
+from .middleware import AgentContext, StoredMessage, prepares_model
 from .session import Session, answer_of, format_instruction
+from .summary import Compaction, model_view
 
 __all__ = ["ChatModelAgent", "AgentState"]
+
+PREPARE = "prepare"
+"""The box before the model box, when a middleware has a `prepare_model` hook."""
 
 
 @register_type(name="waypoint.AgentState")
@@ -47,6 +54,8 @@ class AgentState:
     """Set by the tools box when the run must end after it (return_directly, StopAgentRun)."""
     transfer: str | None = None
     """Set by the tools box when the model handed the conversation to this agent's handoff of that name."""
+    compaction: Compaction | None = None
+    """A summary the model is sent in place of the first messages (`CompactionMiddleware`); `messages` keeps them."""
 
 
 class ChatModelAgent:
@@ -77,6 +86,10 @@ class ChatModelAgent:
         self.output_key = output_key
         self.handoffs = tuple(handoffs)
         self.middlewares = tuple(middlewares)
+        self.preparing = tuple(mw for mw in self.middlewares if prepares_model(mw))
+        if self.preparing and any(a.name == PREPARE for a in self.handoffs):
+            raise GraphBuildError(f"agent '{name}': a handoff agent may not be named {PREPARE!r} (the box of its "
+                                  "prepare_model middleware); rename it")
         extra = [transfer_tool(self.handoffs)] if self.handoffs else []
         self.tools_node = ToolsNode([*tools, *extra], sequential=sequential_tools,
                                     unknown_tool_handler=unknown_tool_handler, middlewares=self.middlewares,
@@ -96,7 +109,8 @@ class ChatModelAgent:
 
     def compile(self, *, streaming: bool = False, **options: Any) -> Any:
         """The agent's graph, compiled (`store=`, `durability=`, `lease_seconds=`, `serializer=` ...)."""
-        options.setdefault("max_steps", 2 * self.max_iterations + 4 + (1 if self.handoffs else 0))
+        per_iteration = 3 if self.preparing else 2  # (prepare,) model, tools
+        options.setdefault("max_steps", per_iteration * self.max_iterations + 4 + (1 if self.handoffs else 0))
         durability = options.get("durability")
         if options.get("store") is not None and durability not in (None, "step") and self.uses_tools():
             raise GraphBuildError(
@@ -139,11 +153,23 @@ class ChatModelAgent:
         g.add_node("prompt", self._prompt)
         g.add_node("model", model)
         g.add_edge(START, "prompt")
-        g.add_edge("prompt", "model")
+        if self.preparing:  # only then: an agent without it keeps the graph its stored runs were made with
+            g.add_node(PREPARE, self._prepare)
+            g.add_edge(PREPARE, "model")
+            g.add_branch("prompt", lambda _, state: self._next_model_box(state), ends=[PREPARE, "model"])
+        else:
+            g.add_edge("prompt", "model")
         if self.tools_node.tools and not self.return_tool_requests:
             g.add_node("tools", tools)
             g.add_branch("model", lambda m: "tools" if m.tool_calls else END, ends=["tools", END])
-            g.add_branch("tools", _after_tools, ends=["model", END, *(a.name for a in self.handoffs)])
+
+            def after_tools(_: Message, state: AgentState) -> str:
+                if state.transfer is not None:
+                    return state.transfer
+                return END if state.stop else self._next_model_box(state)
+
+            model_boxes = [PREPARE, "model"] if self.preparing else ["model"]
+            g.add_branch("tools", after_tools, ends=[*model_boxes, END, *(a.name for a in self.handoffs)])
             with _building(self):
                 for agent in self.handoffs:
                     g.add_node(agent.name, agent.compile(streaming=streaming), pre=_handoff_input,
@@ -155,6 +181,12 @@ class ChatModelAgent:
 
     def _context(self, state: AgentState) -> AgentContext:
         return AgentContext(agent_name=self.name, state=state, checkpoint_id=current_checkpoint_id())
+
+    def _wrapped(self, model: ChatModel, ctx: AgentContext) -> ChatModel:
+        for mw in reversed(self.middlewares):
+            wrap = getattr(mw, "wrap_model", None)
+            model = wrap(model, ctx) if wrap is not None else model
+        return model
 
     async def _prompt(self, input: Any, state: AgentState) -> None:
         """The conversation so far: the instruction first (once), then what the caller sent."""
@@ -168,6 +200,24 @@ class ChatModelAgent:
         for mw in self.middlewares:
             await _call(getattr(mw, "before_agent", None), ctx)
 
+    def _next_model_box(self, state: AgentState) -> str:
+        """`prepare` when a `prepare_model` middleware has work before this model call (`needs_prepare`), else
+        `model`: the step, and its checkpoint, is paid for only when there is something to do in it."""
+        if state.iterations >= self.max_iterations:
+            return "model"  # which ends the run; nothing to prepare a call for
+        ctx = self._context(state)
+        return PREPARE if any(_wants(mw, ctx) for mw in self.preparing) else "model"
+
+    async def _prepare(self, _: Any, state: AgentState) -> None:
+        """The `prepare_model` hooks, in a step of their own before the model box (what they set is stored first)."""
+        ctx = self._context(state)
+        ctx.model = self.model
+        ctx.wrapped = lambda model: self._wrapped(model, ctx)
+        for mw in self.preparing:
+            if _wants(mw, ctx):
+                await mw.prepare_model(ctx)
+        return None
+
     async def _model(self, state: AgentState, streaming: bool) -> Message:
         """One model call: the answer (or tool requests) is appended to the conversation."""
         if state.iterations >= self.max_iterations:
@@ -180,11 +230,7 @@ class ChatModelAgent:
         ctx = self._context(state)
         for mw in self.middlewares:
             await _call(getattr(mw, "before_model", None), ctx)
-        model = self.model
-        for mw in reversed(self.middlewares):
-            wrap = getattr(mw, "wrap_model", None)
-            model = wrap(model, ctx) if wrap is not None else model
-        streamed = await self._ask(model, state, streaming)
+        streamed = await self._ask(self._wrapped(self.model, ctx), state, streaming)
         message = _with_call_ids(streamed, state.iterations)
         for mw in self.middlewares:
             rewritten = await _call(getattr(mw, "after_model", None), ctx, message)
@@ -202,11 +248,12 @@ class ChatModelAgent:
     async def _ask(self, model: ChatModel, state: AgentState, streaming: bool) -> Message:
         tools = self.tools_node.infos or None
         choice = self.tool_choice if tools else "none"
+        sent = model_view(state.messages, state.compaction)  # the originals stay in the state
         if not streaming:
-            return await model.generate(list(state.messages), tools=tools, tool_choice=choice)
+            return await model.generate(sent, tools=tools, tool_choice=choice)
         chunks = []
         with collecting_attempts() as attempts:  # a retry voids the chunks of the attempts before it
-            async for chunk in model.stream(list(state.messages), tools=tools, tool_choice=choice):
+            async for chunk in model.stream(sent, tools=tools, tool_choice=choice):
                 chunks.append((attempts.number, chunk))
                 await emit_chunk(chunk)  # live, while the model is still producing the rest
             return concat_messages([chunk for n, chunk in chunks if n == attempts.number])
@@ -230,12 +277,6 @@ class ChatModelAgent:
             for mw in self.middlewares:
                 await _call(getattr(mw, "after_agent", None), ctx)
         return direct[0] if direct else batch.messages[-1]
-
-
-def _after_tools(_: Message, state: AgentState) -> str:
-    if state.transfer is not None:
-        return state.transfer
-    return END if state.stop else "model"
 
 
 def _handoff_input(_: Any, state: AgentState) -> list[Message]:
@@ -296,6 +337,11 @@ def _shown(message: Message) -> tuple[Any, ...]:
 
 def _plain_id(call_id: str | None) -> bool:
     return bool(call_id) and len(call_id) <= 128 and call_id.isascii() and call_id.isprintable()
+
+
+def _wants(mw: Any, ctx: AgentContext) -> bool:
+    needs = getattr(mw, "needs_prepare", None)
+    return True if needs is None else bool(needs(ctx))
 
 
 async def _call(hook: Any, *args: Any) -> Any:

@@ -6,6 +6,12 @@ inside the agent's graph boxes, so what they change in the state is checkpointed
 Interrupt signals raised below a middleware pass through it untouched (they are `BaseException`s).
 
 - `before_agent(ctx)` / `after_agent(ctx)`: once when a run starts (the prompt box) / ends with an answer.
+- `prepare_model(ctx)`: before a model call, in a step of its own (the `prepare` box, which the agent's graph
+  has only when one of its middlewares overrides this hook): work worth keeping apart from the call — what it
+  sets in `ctx.state` is checkpointed before the model is asked, so a crash after it never does it again
+  (`CompactionMiddleware`'s summary call). `ctx.model` is the agent's model, `ctx.wrapped(model)` puts the
+  agent's `wrap_model` layers (retries, logging, tracing) around a model it calls. `needs_prepare(ctx) -> bool`
+  (sync; True by default) says before each model call whether there is work for it: the step is taken only then.
 - `before_model(ctx)`: before each model call; may rewrite `ctx.state.messages`.
 - `after_model(ctx, message)`: after each model call; may return a rewritten message.
 - `wrap_model(model, ctx)`: return a `ChatModel` that wraps `model` (retries, logging).
@@ -27,7 +33,7 @@ from ..models.schema import Message
 from ..tools.tool import ToolContext
 
 __all__ = ["AgentMiddleware", "AgentContext", "RetryNotice", "StoredMessage", "InvokableEndpoint",
-           "StreamableEndpoint"]
+           "StreamableEndpoint", "prepares_model"]
 
 InvokableEndpoint = Callable[[str], Awaitable[str]]
 StreamableEndpoint = Callable[[str], AsyncIterator[str]]
@@ -40,6 +46,10 @@ class AgentContext:
     agent_name: str
     state: Any
     checkpoint_id: str | None = None
+    model: ChatModel | None = None
+    """The agent's own model (set in `prepare_model`)."""
+    wrapped: Callable[[ChatModel], ChatModel] | None = None
+    """`model` -> `model` inside the agent's `wrap_model` layers, as its model box calls its own (in `prepare_model`)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,12 @@ class AgentMiddleware:
     async def after_agent(self, ctx: AgentContext) -> None:
         return None
 
+    async def prepare_model(self, ctx: AgentContext) -> None:
+        return None
+
+    def needs_prepare(self, ctx: AgentContext) -> bool:
+        return True
+
     async def before_model(self, ctx: AgentContext) -> None:
         return None
 
@@ -91,3 +107,10 @@ class AgentMiddleware:
 
     def check_tools(self, tools: Sequence[str], where: str) -> None:
         return None
+
+
+def prepares_model(mw: Any) -> bool:
+    """Whether `mw` has a `prepare_model` hook of its own (the base class's no-op is none): then its agent's graph
+    has the `prepare` box, and agents without one keep their graph (and so their stored runs' fingerprint)."""
+    hook = getattr(type(mw), "prepare_model", None)
+    return callable(hook) and hook is not AgentMiddleware.prepare_model

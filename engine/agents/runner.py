@@ -24,6 +24,7 @@ from ..models.schema import Message, as_messages
 from ..run import Pending
 from .agent_events import AgentAction, AgentEvent, AgentOutput, ToolRerun, _Live
 from .chat_agent import AgentState
+from .summary import standing
 from .turns import Look, check_on_busy, drainable, keeps_inputs, look, mark, queue, rollback_to
 
 __all__ = ["Runner", "AgentEvent", "AgentOutput", "AgentAction", "ToolRerun"]
@@ -143,7 +144,7 @@ class Runner:
                    "turn": {"input": found.taken, "kept": len(history)}}
         started = False
         try:
-            async with contextlib.aclosing(self._events(*self._going_on(history, new, options), callbacks)) as events:
+            async with contextlib.aclosing(self._events(*self._going_on(found, history, new, options), callbacks)) as events:
                 async for event in events:
                     started = True
                     yield event
@@ -199,7 +200,7 @@ class Runner:
                        "turn": {"input": taken.n, "kept": len(history)}}
             started = False
             try:
-                async with contextlib.aclosing(self._events(*self._going_on(history, new, options), callbacks)) as events:
+                async with contextlib.aclosing(self._events(*self._going_on(found, history, new, options), callbacks)) as events:
                     async for event in events:
                         if not started:  # its claim is written: the input is this turn's
                             started = True
@@ -212,14 +213,17 @@ class Runner:
                     raise
                 return  # another process took it (or began a turn of its own): its end takes the rest
 
-    def _going_on(self, history: list[Message], new: list[Message], options: dict[str, Any]
+    def _going_on(self, found: Any, history: list[Message], new: list[Message], options: dict[str, Any]
                   ) -> tuple[Any, dict[str, Any]]:
         """The input and options of a turn that goes on from `history`: a chat agent's run starts with it as its
         state, so the turn's first version holds only `new` as input (the conversation is already stored, as the
-        chain its state part goes on: issue 34 §2); other agents are given the whole conversation as input."""
+        chain its state part goes on: issue 34 §2), with the last turn's summary while it still stands for the
+        same first messages (`CompactionMiddleware`); other agents are given the whole conversation as input."""
         factory = self.app.shape.state_factory
         if history and factory is AgentState:
-            return new, {**options, "start_state": AgentState(messages=list(history))}
+            last = found.snap.state if found.snap is not None else None
+            state = AgentState(messages=list(history), compaction=standing(last, history))
+            return new, {**options, "start_state": state}
         return [*history, *new], options
 
     async def _before_turn(self, found: Any, force_new_run: bool, drop: bool) -> list[Message]:

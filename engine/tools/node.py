@@ -59,8 +59,8 @@ HANDOFF = "handoff:"
 _STATE = 2
 """The paused state's format: 2 keys calls by slot (position and ID); 1 keyed them by the model's ID."""
 
-_HOOKS = ("before_agent", "after_agent", "before_model", "after_model", "wrap_model", "wrap_invokable_tool_call",
-          "wrap_streamable_tool_call", "check_tools")
+_HOOKS = ("before_agent", "after_agent", "prepare_model", "needs_prepare", "before_model", "after_model", "wrap_model",
+          "wrap_invokable_tool_call", "wrap_streamable_tool_call", "check_tools")
 """What makes an object a middleware (engine/agents/middleware.py): any one of these."""
 
 

@@ -5,10 +5,10 @@ step in the root's checkpoint (`RunPosition.nested`, by the nested run's address
 position encoded whole, rewritten into the root's `run` part at every step: an inner conversation of N messages
 cost O(N) bytes a step. Now each nested run has parts of its own, named after a hash of its address:
 
-- `n:<hash>` — its position without the state, its state's kind, and the address itself (checked on reading, so a
-  part cannot be moved to another nested run);
-- `n:<hash>:s:<field>` — one part per state field; a list is a chain, as a top-level field's is, so a step writes
-  only the messages it appended (engine/keep/checkpoint.py, `_list`).
+- `n:<hash>` — its position without the state, its state's kind, the address itself (checked on reading, so a
+  part cannot be moved to another nested run), and its small state fields (numbers, flags, None, short text);
+- `n:<hash>:s:<field>` — one part per other state field; a list is a chain, as a top-level field's is, so a step
+  writes only the messages it appended (engine/keep/checkpoint.py, `_list`).
 
 The root's position then names each nested run's parts by their prefix (`nested: {address: "n:<hash>"}`); a version
 holding any is header format 3, which a Waypoint that reads only format 2 refuses by name. A nested run that would
@@ -24,6 +24,7 @@ fork) — without encoding anything again.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from dataclasses import dataclass, field
 
@@ -37,8 +38,9 @@ NESTED = "n:"
 
 def nested_key(address: str) -> str:
     """The part-name prefix of the nested run at `address`: 128 bits of its hash (a model's call IDs are in the
-    address: a collision must not be computable)."""
-    return NESTED + hashlib.blake2b(address.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    address: a collision must not be computable), in URL-safe base64 (part names are written twice a version)."""
+    digest = hashlib.blake2b(address.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    return NESTED + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,11 +31,14 @@ class NestedWriter:
         blobs: list[Blob] = []
         data: dict[str, Any] = {}
         kind, fields = split_state(pos.state, self.serializer, room=MAX_PART_NAME - len(key) - 3)
-        parts = {key: self._whole(key, {"address": address, "run": position_to_plain(pos), "state": kind}, blobs,
-                                  data)}
+        small = {name: value for name, value in fields.items() if _small(value)}
+        head = {"address": address, "run": position_to_plain(pos), "state": kind, "fields": small}
+        parts = {key: self._whole(key, head, blobs, data)}
         lists = []
         for name, value in fields.items():
             part = f"{key}:s:{name}"
+            if name in small:
+                continue
             if type(value) is list:
                 parts[part] = self._list(part, value, blobs)
                 lists.append(part)
@@ -109,10 +112,16 @@ class NestedWriter:
         head = self.serializer.decode_value(entry.data[entry.key])
         pos = position_from_plain(head["run"])
         prefix = entry.key + ":s:"
-        fields = {}
+        fields = dict(head["fields"])
         for name, held in entry.data.items():
             if name.startswith(prefix):
                 fields[name[len(prefix):]] = self.serializer.unpack(array_head(held.count) + held.joined()) \
                     if isinstance(held, ListBytes) else self.serializer.decode_value(held)
         pos.state = join_state(head["state"], fields, self.serializer)
         return pos
+
+
+def _small(value: Any) -> bool:
+    """A state field kept inside the nested run's own part, not a part of its own: a number, a flag, None, a short
+    text — each part costs its name and head twice in every version, more than such a value."""
+    return value is None or type(value) in (bool, int, float) or (type(value) is str and len(value) <= 64)

@@ -193,12 +193,13 @@ class VersionReader:
                 runs[address] = held
                 continue
             head = values.pop(held, None)
-            if held != nested_key(address) or type(head) is not dict or head.get("address") != address:
+            if held != nested_key(address) or type(head) is not dict or head.get("address") != address \
+                    or type(head.get("fields")) is not dict:
                 raise CheckpointCorrupted(f"{where}: the nested run at {address[:200]!r} names parts that are not its "
                                           f"own; {RESTORE}")
             prefix = held + ":s:"
             names = [n for n in values if n.startswith(prefix)]
-            fields = {n[len(prefix):]: values.pop(n) for n in names}
+            fields = {**head["fields"], **{n[len(prefix):]: values.pop(n) for n in names}}
             pos = position_from_plain(head["run"])
             pos.state = join_state(head["state"], fields, self.serializer)
             data: dict[str, Any] = {held: record.chains[held][0].data}

@@ -4,11 +4,12 @@ by an eighth, or when the run stops — and from then on at every step (engine/k
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
-from waypoint.engine import END, START, Graph
+from waypoint.engine import END, START, Graph, RunCancelled
 from waypoint.engine.codec import Serializer
 from waypoint.stores import SQLiteStore
 
@@ -105,3 +106,81 @@ async def test_an_in_place_change_made_just_before_the_run_stops_is_stored(tmp_p
     app = build(tmp_path / "stop.db", {LENGTH - 1: tag})
     assert await app.ainvoke(0, checkpoint_id="s") == LENGTH
     assert (await app.get_run("s")).state["items"][0]["tags"] == ["last"]
+
+
+def _marking(db, stop):
+    """A long dict list with no reducer; each step after the first marks the next item done in place (after its "side
+    effect", journalled in `done`), and every step appends a log line; `stop(n)` runs after step n's work (a
+    shutdown, a cancel)."""
+    done: list[int] = []
+    g = Graph(name="marking", state=lambda: {"items": [{"i": i, "done": False} for i in range(300)]})
+
+    async def work(n: int, state: dict[str, Any]) -> int:
+        items = state["items"]
+        if n:  # the first step only appends: from then on the list is presumed to only grow
+            todo = next(k for k, item in enumerate(items) if not item["done"])
+            done.append(todo)
+            items[todo]["done"] = True  # in place
+        items.append({"i": len(items), "done": True})
+        await stop(n)
+        return n + 1
+
+    g.add_node("work", work)
+    g.add_edge(START, "work")
+    g.add_branch("work", lambda n: "work" if n < 12 else END, ends=["work", END])
+    return g.compile(store=SQLiteStore(db), max_steps=40), done
+
+
+async def test_a_shutdown_at_a_step_boundary_stores_what_its_finished_steps_changed_in_place(tmp_path):
+    from waypoint.engine import ProcessStopping, Shutdown
+
+    db, shutdown = tmp_path / "stop.db", Shutdown()
+
+    async def stop(n: int) -> None:
+        if n == 5:
+            shutdown.request()  # the run stops before its next step, its lease given up
+
+    app, done = _marking(db, stop)
+    with shutdown.scope(), pytest.raises(ProcessStopping):
+        await app.ainvoke(0, checkpoint_id="s")
+    assert done == [0, 1, 2, 3, 4]
+    snap = await app.get_run("s")
+    assert snap.meta.status == "running" and [item["i"] for item in snap.state["items"][:6] if item["done"]] == \
+        [0, 1, 2, 3, 4]
+    again, redone = _marking(db, lambda n: asyncio.sleep(0))
+    assert await again.ainvoke(None, checkpoint_id="s") == 12
+    assert redone == list(range(5, 11))  # the next process does the rest, nothing twice
+
+
+async def test_a_cancel_at_a_step_boundary_stores_what_its_finished_steps_changed_in_place(tmp_path):
+    import logging
+
+    import threading
+
+    db, seen = tmp_path / "cancel.db", threading.Event()  # set on the lease thread
+
+    class Asked(logging.Handler):  # the moment this process reads the request (engine/keep/lease.py logs it)
+        def emit(self, record: logging.LogRecord) -> None:
+            if "cancel requested" in record.getMessage():
+                seen.set()
+
+    async def stop(n: int) -> None:
+        if n == 5:
+            await app.cancel("c", when="after_step", by="tester")
+            assert await asyncio.to_thread(seen.wait, 30)
+
+    handler, logger = Asked(), logging.getLogger("waypoint")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        app, done = _marking(db, stop)
+        with pytest.raises(RunCancelled):
+            await app.ainvoke(0, checkpoint_id="c")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert done == [0, 1, 2, 3, 4]
+    snap = await app.get_run("c")
+    assert snap.meta.error == "cancelled" and [item["i"] for item in snap.state["items"][:6] if item["done"]] == \
+        [0, 1, 2, 3, 4]

@@ -151,24 +151,26 @@ class Checkpointer(NestedWriter, VersionReader):
     # --- writing -------------------------------------------------------------------------------------
 
     async def save(self, pos: RunPosition, status: str, *, error: str | None = None,
-                   journal: StateJournal | None = None, lease: tuple[Any, Any] | None = None) -> CheckpointMeta:
+                   journal: StateJournal | None = None, lease: tuple[Any, Any] | None = None,
+                   exact: bool = False) -> CheckpointMeta:
         """Write the next version (compare-and-set on the one this run last read or wrote).
 
         Unchanged parts are not sent again; if the store lost some of them meanwhile (a `prune` that
         raced this run), the whole version is written again. `journal` says which state fields only grew
         through an append-owned reducer since the last write (engine/shape/reducers.py): their new items are
         written without looking at the old ones, except in a version that is not `running` (a pause or an
-        end), where every list is compared in full. (A failure or cancel writes no new content: `mark`.) `lease`
+        end) or is `exact`, where every list is compared in full. (A failure or a cancel inside a step writes no new
+        content: `mark`.) `lease`
         (owner, seconds from now; None seconds: no lease) is written instead of this writer's own for a `running`
         version (an edit of a run whose process died names its owner under a lease that has run out: 0 s)."""
         deadline = await self._deadlines(pos) if status == "interrupted" else None
         try:
-            meta = await self._save(pos, status, error, journal, lease, deadline)
+            meta = await self._save(pos, status, error, journal, lease, deadline, exact=exact)
         except MissingBlobs:
             self._known.clear()
             self._cache.clear()
             self._graph_part = None
-            meta = await self._save(pos, status, error, journal, lease, deadline, rewrite=True)
+            meta = await self._save(pos, status, error, journal, lease, deadline, rewrite=True, exact=exact)
         if journal is not None and journal.replaced:
             journal.written()
         return meta
@@ -188,7 +190,7 @@ class Checkpointer(NestedWriter, VersionReader):
 
     async def _save(self, pos: RunPosition, status: str, error: str | None,
                     journal: StateJournal | None, lease: tuple[Any, Any] | None = None,
-                    deadline: float | None = None, *, rewrite: bool = False) -> CheckpointMeta:
+                    deadline: float | None = None, *, rewrite: bool = False, exact: bool = False) -> CheckpointMeta:
         blobs: list[Blob] = []
         if self._graph_part is None:  # the same bytes at every step: encode once
             self._graph_part = self._whole("graph", self._graph_value(), blobs)
@@ -202,7 +204,7 @@ class Checkpointer(NestedWriter, VersionReader):
             key = f"s:{name}"
             if type(value) is list:
                 mine = name in owned and name not in journal.replaced  # type: ignore[union-attr]
-                parts[key] = self._list(key, value, blobs, owned=mine, verify=status != "running")
+                parts[key] = self._list(key, value, blobs, owned=mine, verify=exact or status != "running")
                 lists.append(key)
             else:
                 parts[key] = self._whole(key, value, blobs)
@@ -231,12 +233,16 @@ class Checkpointer(NestedWriter, VersionReader):
         step, content = self._last
         return await self._put(step, status, error, content, [])
 
-    async def release(self) -> CheckpointMeta | None:
+    async def release(self, pos: RunPosition | None = None) -> CheckpointMeta | None:
         """Write the last written content again, `running` under this writer's name with a lease that has already
         run out: a process that stops (a shutdown) leaves the run for the next one at once, and the version says a
-        process let it go — no takeover of a dead owner. None if nothing was written yet."""
+        process let it go — no takeover of a dead owner. None if nothing was written yet. `pos`: the run's
+        position, stopped where nothing is under way (a step boundary): it is written instead, its lists compared
+        in full (a list presumed to only grow may have had an item changed in place since: `_list`, path 4)."""
         if self._last is None:
             return None
+        if pos is not None:
+            return await self.save(pos, "running", lease=(self.owner, 0.0), exact=True)
         step, content = self._last
         return await self._put(step, "running", None, content, [], (self.owner, 0.0))
 

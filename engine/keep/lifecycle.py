@@ -258,10 +258,10 @@ class _Session(Admission):
                 raise cancelled(asked, self.target) from None
             raise
         except RunCancelled:  # a person's cancel, at a safe point: stored cancelled with what finished (rule 13)
-            await self._save_stopped("interrupted", "cancelled")
+            await self._save_stopped("interrupted", "cancelled", settled=run.pos if run.settled else None)
             raise
         except ProcessStopping:  # stopped at a step boundary for the process's shutdown (rule 12)
-            await self._stand_down(release=True)
+            await self._stand_down(release=True, settled=run.pos if run.settled else None)
             raise
         except (CheckpointConflict, CheckpointNotFound):  # the run is not ours any more: write nothing
             raise
@@ -321,11 +321,12 @@ class _Session(Admission):
             log.warning("run '%s' was cancelled but could not be stored as cancelled (%s: %s); it stays as last "
                         "saved and is continued once its lease runs out", self.target, type(err).__name__, err)
 
-    async def _stand_down(self, *, release: bool = False) -> None:
+    async def _stand_down(self, *, release: bool = False, settled: Any = None) -> None:
         """Stop running the run, written as it was last saved: its lease is ended now if the store lets us, so
         another process may continue it at once (rules 10 and 12). `release`: by writing the last step again under
         a lease that has run out (a shutdown: the next process's continuation is no takeover of a dead owner);
-        else by ending the lease in place (the store failed: a write would not get through either)."""
+        else by ending the lease in place (the store failed: a write would not get through either). `settled`: the
+        position, stopped at a step boundary with nothing under way: written instead of the last step (`release`)."""
         if self.lease is None:
             return
         self.lease.stop()
@@ -334,7 +335,7 @@ class _Session(Admission):
             return
         try:
             async with self.writing:  # a nested run's write in flight lands first
-                await self._wrote(await self.cp.release())
+                await self._wrote(await self.cp.release(settled))
         except (CheckpointConflict, CheckpointNotFound):  # the run is not ours any more: nothing to give up
             pass
         except Exception as err:  # noqa: BLE001 - the lease then runs out by itself; said, naming the run
@@ -361,14 +362,18 @@ class _Session(Admission):
         async with self.writing:
             await self._wrote(await self.cp.save(pos, status, journal=run.journal))
 
-    async def _save_stopped(self, status: str, error: str, *, shield: bool = False) -> None:
+    async def _save_stopped(self, status: str, error: str, *, shield: bool = False, settled: Any = None) -> None:
         """Store a failed or cancelled run at its last finished step (never with that step's changes), with who
-        cancelled it when a person's cancel request did."""
+        cancelled it when a person's cancel request did. `settled`: the position, stopped at a step boundary with
+        nothing under way — it is written, its lists compared in full (the last version may hold a list presumed to
+        only grow, whose items were changed in place since)."""
         error = _storable(error)  # an error may quote a model's text: any text must be storable
         asked = self.lease.cancel if self.lease is not None else None
         if error == "cancelled" and asked is not None:
             self.cp.cancelled_by = {"by": asked.by, "when": asked.when, "at": asked.requested_at}
-        if self.durability == "step" or self.snapshot is None:
+        if settled is not None and self.durability == "step":
+            save = self.cp.save(settled, status, error=error)
+        elif self.durability == "step" or self.snapshot is None:
             save = self.cp.mark(status, error=error)
         else:
             save = self.cp.save(self.cp.from_snapshot(self.snapshot), status, error=error)

@@ -66,6 +66,7 @@ class Run(NodeCalls):
         self.lease_check: Callable[[], None] | None = None  # raises once the lease is lost (`check_lease()`)
         self.safe_point: Callable[[Run], None] | None = None  # raises to stop here: a person's cancel (keep/cancel.py)
         self.ran: set[str] = set()  # the nodes that finished since the last step boundary
+        self.settled = False  # stopped by `_before_step` with no task under way: the state is the last step's
         self.ledger: Callable[[], tuple] | None = None  # (store, serializer, id, epoch, holder, incarnation)
         self.checkpoint_id: str | None = None  # the stored run this executes in, if any
         self.step_key: Callable[[], tuple[str, int]] | None = None  # (checkpoint_id, ledger epoch) when stored
@@ -194,11 +195,16 @@ class Run(NodeCalls):
         (self.pos.paused_before if when == "before" else self.pos.paused_after).append(key)
         self.pos.static_ids[f"{when}:{key}"] = new_interrupt_id()
 
-    def _before_step(self) -> None:
-        if self.before_step is not None:
-            self.before_step()
-        if self.safe_point is not None:
-            self.safe_point(self)
+    def _before_step(self, settled: bool = True) -> None:
+        """The checks at a step boundary; `settled`: no task of this run is under way (a DAG may have some)."""
+        try:
+            if self.before_step is not None:
+                self.before_step()
+            if self.safe_point is not None:
+                self.safe_point(self)
+        except BaseException:
+            self.settled = settled
+            raise
         self.ran.clear()
 
     def _stops_run(self, err: Exception) -> bool:
@@ -260,7 +266,7 @@ class Run(NodeCalls):
             while True:
                 startable = self._plan_dag(running)
                 if startable:
-                    self._before_step()
+                    self._before_step(settled=not running)
                 if len(startable) == 1 and not running and not self.halted:  # linear case: no task object
                     key = startable[0]
                     error = self._apply_finished([await self._task(self.graph.nodes[key], pos.pending[key])])

@@ -483,9 +483,14 @@ def recorded_calls(db: DB, checkpoint_id: str, version: int, incarnation: float 
     sql = "SELECT call_id, result FROM waypoint_ledger WHERE checkpoint_id = :c AND version = :v"
     if incarnation is not None:  # entries written before they were bound (NULL) are read as before
         sql += " AND (incarnation = :i OR incarnation IS NULL)"
+    bound = None
     if prefix:  # by characters in both databases; compared in the database, so other tasks' rows are not sent
         sql += " AND substr(call_id, 1, :n) = :p"
-    rows = db.rows(sql, {"c": checkpoint_id, "v": version, "i": incarnation, "p": prefix, "n": len(prefix or "")})
+        if db.dialect == "sqlite" and ord(prefix[-1]) < 0x7F:  # BINARY order is code point order: the primary
+            bound = prefix[:-1] + chr(ord(prefix[-1]) + 1)         # key's index seeks to the prefix's rows
+            sql += " AND call_id >= :p AND call_id < :q"
+    rows = db.rows(sql, {"c": checkpoint_id, "v": version, "i": incarnation, "p": prefix, "n": len(prefix or ""),
+                         "q": bound})
     where = version_label(checkpoint_id, version)
     calls = {}
     for call_id, result in rows:

@@ -96,3 +96,35 @@ async def test_start_state_is_refused_by_a_call_that_continues_a_stored_run(tmp_
         await app.ainvoke(None, checkpoint_id="g", resume=True, start_state=AgentState())
     assert await app.ainvoke(None, checkpoint_id="g", resume=True) == 1
     await store.close()
+
+
+async def test_a_chat_turn_a_worker_runs_writes_only_its_new_messages_too(tmp_path):
+    """The service hands a chat's turn to the queue with the conversation and how much of it came before
+    (`RunQueue.submit(kept=)`); the worker starts the run with that as its state, as the Runner does."""
+    import asyncio
+
+    from waypoint.stores import RunQueue, Worker
+
+    store = Measured(tmp_path / "queued.db")
+    model = ScriptedChatModel([f"answer {i} {WORDS}" for i in range(12)])
+    runner = Runner(ChatModelAgent(name="chat", model=model), store=store)
+    worker = Worker(store, [runner.app], poll=0.05)
+    task = asyncio.create_task(worker.run())
+    queue, per_turn = RunQueue(store), []
+    try:
+        for i in range(12):
+            new = f"message {i} {WORDS}"
+            messages = await runner.input_for(new, checkpoint_id="q")
+            head = await store.history("q", limit=1)
+            before = len(store.written)
+            await queue.submit(runner.app, messages, "q", expected_version=head[0].version if head else None,
+                               kept=len(messages) - 1)
+            assert (await queue.wait("q", timeout=30)).outcome == "completed"
+            per_turn.append(sum(store.written[before:]))
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 30)
+    assert per_turn[11] - per_turn[2] < 1000, per_turn  # the conversation written again: ~6 KB more by turn 12
+    sent = model.calls[-1].messages
+    assert [m.content for m in sent if m.role == "user"] == [f"message {i} {WORDS}" for i in range(12)]
+    await store.close()

@@ -4,6 +4,8 @@ state part goes on from the chain the last turn left. The model is still sent th
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from waypoint.engine import END, START, ChatModelAgent, CheckpointExists, Graph, GraphRunError, Runner
@@ -127,4 +129,43 @@ async def test_a_chat_turn_a_worker_runs_writes_only_its_new_messages_too(tmp_pa
     assert per_turn[11] - per_turn[2] < 1000, per_turn  # the conversation written again: ~6 KB more by turn 12
     sent = model.calls[-1].messages
     assert [m.content for m in sent if m.role == "user"] == [f"message {i} {WORDS}" for i in range(12)]
+    await store.close()
+
+
+class _Dies(BaseException):
+    """Stands for the process dying: nothing after it is written."""
+
+
+@pytest.mark.parametrize("how", ["interrupt", "force_new_run", "rollback"])
+async def test_a_turn_killed_before_its_first_step_finished_keeps_its_input_when_the_next_one_gives_it_up(tmp_path,
+                                                                                                          how):
+    """The turn's input is only in its claim (its run starts with the conversation as state, the input pending):
+    a next input that gives the turn up goes on with it — except `rollback`, which drops the turn, input too."""
+    from waypoint.engine import AgentMiddleware
+    from waypoint.engine.keep.store import store_clock
+
+    class DiesOnHold(AgentMiddleware):
+        async def before_agent(self, ctx):
+            if ctx.state.messages[-1].content == "hold b":
+                raise _Dies
+
+    store = SQLiteStore(tmp_path / "k.db")
+    model = ScriptedChatModel(["answered a", "answered three"])
+    runner = Runner(ChatModelAgent(name="chat", model=model, middlewares=[DiesOnHold()]), store=store,
+                    lease_seconds=0.5)
+    [e async for e in runner.run("a", checkpoint_id="k")]
+    with pytest.raises(_Dies):
+        [e async for e in runner.run("hold b", checkpoint_id="k")]
+    while True:  # its lease runs out (0.5 s, as this test set it): nobody executes the turn any more
+        (head,) = await store.history("k", limit=1)
+        if head.lease_expires is not None and head.lease_expires <= await store_clock(store):
+            break
+        await asyncio.sleep(0.05)
+    options = {"force_new_run": True} if how == "force_new_run" else {"on_busy": how}
+    events = [e async for e in runner.run("three", checkpoint_id="k", **options)]
+    assert not [e.error for e in events if e.error]
+    users = [m.content for m in model.calls[-1].messages if m.role == "user"]
+    assert users == (["a", "three"] if how == "rollback" else ["a", "hold b", "three"])
+    stored = (await runner.app.get_run("k")).state.messages
+    assert [m.content for m in stored if m.role == "user"] == users
     await store.close()

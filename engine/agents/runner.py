@@ -156,7 +156,8 @@ class Runner:
             if started:
                 raise
             raise CheckpointExists(f"{err} (a chat's new input: on_busy='interrupt' gives that turn up for it, "
-                                   "'rollback' drops it)") from None
+                                   "'rollback' drops it; Runner.resume(checkpoint_id, takeover=True) continues it "
+                                   "when its process is gone)") from None
 
     async def drain(self, checkpoint_id: str, *, callbacks: Sequence[Any] = (), turns: int | None = None,
                     after: int | None = None) -> AsyncIterator[AgentEvent]:
@@ -240,9 +241,15 @@ class Runner:
 
     def _history(self, snap: Any, force_new_run: bool) -> list[Message]:
         """The conversation a new turn goes on from: the last run's when it completed (or, with `force_new_run`,
-        as it was stored, its unfinished turn still open)."""
+        as it was stored, its unfinished turn still open — with that turn's input when it stopped before its first
+        step finished: the input is in no state yet, only in the run's claim)."""
         usable = snap.state is not None and (force_new_run or snap.meta.status == "completed")
-        return list(snap.state.messages) if usable else []
+        if not usable:
+            return []
+        history = list(snap.state.messages)
+        if snap.meta.status != "completed" and snap.start_input is not None:
+            history += as_messages(snap.start_input)
+        return history
 
     async def input_for(self, messages: str | Message | Sequence[Message], *, checkpoint_id: str | None = None,
                         force_new_run: bool = False, rollback: bool = False) -> list[Message]:

@@ -26,7 +26,7 @@ from ..run import (
     retire_failed_answers,
     standing_answers,
 )
-from ..shape import GraphShape
+from ..shape import START, GraphShape
 from .mermaid import render
 
 __all__ = ["CompiledGraph", "RunSnapshot", "read_run"]
@@ -59,6 +59,9 @@ class RunSnapshot:
     turn: dict[str, int] = field(default_factory=dict)
     """`{"input": n}`: the last queued input a turn on this ID took (`Runner.run(on_busy=)`); for an agent's turn,
     `"kept"`: how many messages of the conversation came before it. Empty when none was ever queued."""
+    start_input: Any = None
+    """The input the run was started with while none of its steps has finished yet (a run claimed, then stopped or
+    its process killed before its first node ran): what a new turn that gives it up keeps. None after."""
 
     @property
     def waits_for(self) -> list[Pending]:
@@ -97,7 +100,7 @@ def _snapshot(loaded: Any) -> RunSnapshot:
                        pending=tuple(pos.pending), interrupts=interrupt_info(pos, address, answered),
                        graph=graph, structure=structure if isinstance(structure, dict) else {},
                        trace=dict(loaded.trace), cancelled_by=loaded.cancelled_by,
-                       turn=dict(pos.turn))
+                       turn=dict(pos.turn), start_input=pos.pending.get(START))
 
 
 class CompiledGraph:

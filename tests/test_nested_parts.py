@@ -197,3 +197,22 @@ def _keys(parts: dict[str, str]) -> list[str]:
     """The key parts of the nested runs a version holds."""
     return sorted(n for n in parts if n.startswith("n:") and ":" not in n[2:])
 
+
+
+async def test_inner_runs_that_would_take_a_version_past_max_parts_are_stored_whole_and_still_continue(tmp_path,
+                                                                                                     monkeypatch):
+    import waypoint.engine.keep.nested_writer as writer
+
+    monkeypatch.setattr(writer, "MAX_PARTS", 12)  # room for the root's parts and one inner run's, not three
+    store = SQLiteStore(tmp_path / "many.db")
+    journal: list[str] = []
+    with pytest.raises(Crash):
+        await supervisor(8, journal, crash_at=5, calls=3).compile(store=store).ainvoke("go", checkpoint_id="x")
+    (head,) = await store.history("x", limit=1)
+    parts = (await store.get("x", head.version)).parts
+    assert sum(1 for n in parts if n.startswith("n:") and ":" not in n[2:]) == 1  # one with parts, two whole
+    out = await supervisor(8, journal, calls=3).compile(store=store).ainvoke(None, checkpoint_id="x", takeover=True)
+    for t in range(3):  # each goes on from the call the crash cut off, whichever way it was stored
+        assert [j for j in journal[18:] if j.startswith(f"topic{t}:")] == [f"topic{t}:{i}" for i in range(5, 8)]
+        assert f"topic{t}: finished 8" in out.content
+    await store.close()

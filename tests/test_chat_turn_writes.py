@@ -13,21 +13,13 @@ from waypoint.engine.agents.chat_agent import AgentState
 from waypoint.engine.models import ScriptedChatModel
 from waypoint.stores import SQLiteStore
 
+from measuring import Measuring
+
 WORDS = " ".join(["word"] * 60)
 
 
-class Measured(SQLiteStore):
-    def __init__(self, path) -> None:
-        super().__init__(path)
-        self.written: list[int] = []
-
-    async def put(self, meta, header, parts, blobs, **kw):
-        self.written.append(sum(len(b.data) for b in blobs))
-        return await super().put(meta, header, parts, blobs, **kw)
-
-
 async def test_a_turn_writes_the_same_bytes_at_turn_30_as_at_turn_3_and_the_model_sees_everything(tmp_path):
-    store = Measured(tmp_path / "chat.db")
+    store = Measuring(tmp_path / "chat.db")
     model = ScriptedChatModel([f"answer {i} {WORDS}" for i in range(30)])
     runner = Runner(ChatModelAgent(name="chat", instruction="Be brief.", model=model), store=store)
     per_turn = []
@@ -107,7 +99,7 @@ async def test_a_chat_turn_a_worker_runs_writes_only_its_new_messages_too(tmp_pa
 
     from waypoint.stores import RunQueue, Worker
 
-    store = Measured(tmp_path / "queued.db")
+    store = Measuring(tmp_path / "queued.db")
     model = ScriptedChatModel([f"answer {i} {WORDS}" for i in range(12)])
     runner = Runner(ChatModelAgent(name="chat", model=model), store=store)
     worker = Worker(store, [runner.app], poll=0.05)

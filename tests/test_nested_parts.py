@@ -15,6 +15,8 @@ from waypoint.engine import AgentTool, ChatModelAgent, CheckpointCorrupted, Mess
 from waypoint.engine.codec import Serializer
 from waypoint.stores import SQLiteStore
 
+from measuring import Measuring
+
 MESSAGE = 500  # characters of text in each inner message
 
 
@@ -67,18 +69,6 @@ def supervisor(rounds: int, journal: list[str], crash_at: int | None = None, cal
 
     researcher = ChatModelAgent(name="researcher", model=Researcher(), tools=[work], max_iterations=rounds + 2)
     return ChatModelAgent(name="boss", model=Boss(), tools=[AgentTool(researcher)])
-
-
-class Measuring(SQLiteStore):
-    """Records the bytes of the blobs each version writes."""
-
-    def __init__(self, path) -> None:
-        super().__init__(path)
-        self.written: list[int] = []
-
-    async def put(self, meta, header, parts, blobs, **kw):
-        self.written.append(sum(len(b.data) for b in blobs))
-        return await super().put(meta, header, parts, blobs, **kw)
 
 
 async def test_an_inner_step_writes_what_it_appended_not_the_inner_conversation(tmp_path):

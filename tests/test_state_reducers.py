@@ -31,6 +31,8 @@ from waypoint.engine import (
 from waypoint.engine.codec.serde import Serializer, register_type
 from waypoint.stores import MemoryStore, SQLiteStore
 
+from measuring import Measuring
+
 SCRIPT = Path(__file__).parent / "procs" / "state_graphs.py"
 
 
@@ -374,18 +376,6 @@ class Counting(Serializer):
         data = super().pack(value, root=root)
         self.packed.append(len(data))
         return data
-
-
-class Measuring(SQLiteStore):
-    """Records the bytes of new blobs each put carries."""
-
-    def __init__(self, path):
-        super().__init__(path)
-        self.written: list[int] = []
-
-    async def put(self, meta, header, parts, blobs, *, expected_version, **fence):
-        self.written.append(sum(len(b.data) for b in blobs))
-        return await super().put(meta, header, parts, blobs, expected_version=expected_version, **fence)
 
 
 def log_loop(store, steps: int, *, edit_at: int | None = None, serializer=None):

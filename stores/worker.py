@@ -56,7 +56,7 @@ from typing import Any
 
 from waypoint.engine.errors import (CheckpointConflict, CheckpointNotFound, GraphInterrupted, GraphMismatch,
                                    LeaseLost, ProcessStopping, RunCancelled, StoreUnavailable)
-from waypoint.engine.agents.chat_agent import AgentState
+from waypoint.engine.agents.runner import going_on
 from waypoint.engine.keep.lease import forget as forget_renewals
 from waypoint.engine.keep.lease import lost as lost_lease
 from waypoint.engine.keep.lease import reserve as reserve_renewals
@@ -474,8 +474,9 @@ class Worker:
             # "start-over" (submit with force_new_run): a new run over a paused or failed one — until it wrote
             over = item.kind in ("start-over", "turn-over") and before == item.base_version
             if turn is not None and input is not None:  # where the turn began: what a rollback input goes back to
-                given_turn = {"turn": turn, **_going_on(app, input, turn["kept"])}
-                input = given_turn.pop("input")
+                kept = turn["kept"]
+                input, start = going_on(app, input[:kept], input[kept:]) if 0 < kept <= len(input) else (input, {})
+                given_turn = {"turn": turn, **start}
             else:
                 given_turn = {}
             relay = Relay(self.store, cid, app.name)  # its tokens, for readers on any service
@@ -649,12 +650,3 @@ async def _shielded(coro: Any) -> Any:
     except Exception as err:  # noqa: BLE001 - the claim then expires by itself
         log.warning("handing a claim back failed: %s", err)
         return None
-
-
-def _going_on(app: Any, messages: list[Any], kept: int) -> dict[str, Any]:
-    """A chat turn's `input` and `start_state`: a chat agent's run starts with the conversation before the turn as
-    its state, so the turn writes only its new messages (as `Runner` does: issue 34 §2); else the whole list."""
-    if kept and app.shape.state_factory is AgentState and 0 < kept <= len(messages):
-        return {"input": messages[kept:], "start_state": AgentState(messages=list(messages[:kept]))}
-    return {"input": messages}
-

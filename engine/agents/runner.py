@@ -27,7 +27,7 @@ from .chat_agent import AgentState
 from .summary import standing
 from .turns import Look, check_on_busy, drainable, keeps_inputs, look, mark, queue, rollback_to
 
-__all__ = ["Runner", "AgentEvent", "AgentOutput", "AgentAction", "ToolRerun"]
+__all__ = ["Runner", "AgentEvent", "AgentOutput", "AgentAction", "ToolRerun", "going_on"]
 
 log = logging.getLogger("waypoint.run")
 
@@ -216,16 +216,10 @@ class Runner:
 
     def _going_on(self, found: Any, history: list[Message], new: list[Message], options: dict[str, Any]
                   ) -> tuple[Any, dict[str, Any]]:
-        """The input and options of a turn that goes on from `history`: a chat agent's run starts with it as its
-        state, so the turn's first version holds only `new` as input (the conversation is already stored, as the
-        chain its state part goes on: issue 34 §2), with the last turn's summary while it still stands for the
-        same first messages (`CompactionMiddleware`); other agents are given the whole conversation as input."""
-        factory = self.app.shape.state_factory
-        if history and factory is AgentState:
-            last = found.snap.state if found.snap is not None else None
-            state = AgentState(messages=list(history), compaction=standing(last, history))
-            return new, {**options, "start_state": state}
-        return [*history, *new], options
+        """`going_on` for this Runner's graph, with the last turn's summary while it still stands."""
+        last = found.snap.state if found.snap is not None else None
+        input, start = going_on(self.app, history, new, standing(last, history))
+        return input, {**options, **start}
 
     async def _before_turn(self, found: Any, force_new_run: bool, drop: bool) -> list[Message]:
         """The conversation a new turn on the chat `found` starts from: as `_history` gives it, the unfinished
@@ -378,6 +372,18 @@ class Runner:
         finally:
             await events.aclose()
         yield AgentEvent(agent_name=self.agent.name, run_path=root, action=AgentAction(exit=True))
+
+
+def going_on(app: Any, history: list[Message], new: list[Message], compaction: Any = None
+             ) -> tuple[Any, dict[str, Any]]:
+    """The input and run options of a chat's turn that goes on from `history` (the conversation before it) with
+    `new`: a chat agent's run starts with the conversation as its state, so the turn's first version holds only
+    `new` as input (the conversation is already stored, as the chain its state part goes on: issue 34 §2), with
+    `compaction` (a summary that still stands for its first messages); other agents are given the whole
+    conversation as input. What `Runner` and a worker running a queued chat turn both start a turn with."""
+    if history and app.shape.state_factory is AgentState:
+        return new, {"start_state": AgentState(messages=list(history), compaction=compaction)}
+    return [*history, *new], {}
 
 
 ABANDONED = "[abandoned] this call did not run: its turn was abandoned (force_new_run) before it started"

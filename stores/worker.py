@@ -82,6 +82,8 @@ _FOREIGN_MAX = 500
 _RESERVE_SECONDS = 10.0
 """How long a worker waits for its connection for lease renewals before it says so and tries again later."""
 _NOTES: set[asyncio.Task] = set()
+_ABSENT_SECONDS = 3.0
+"""How long a stopping worker tries to say it is gone before it exits anyway."""
 _WHAT = {"start": "start", "start-over": "start over", "resume": "resume", "input": "the next queued input",
          "turn": "a chat's turn", "turn-over": "a chat's turn over a stopped one"}
 _CHAT_TURNS = ("turn", "turn-over")
@@ -210,9 +212,11 @@ class Worker:
                 free = self.concurrency - len(self._tasks)
                 claimed: list[tuple] = []
                 if free > 0 and await self._ready(claims):  # renewals first: no run is taken that could not be kept
-                    if self.queue._notifies and (listening is None or not listening.alive()):
+                    if self.queue._notifies and (listening is None or not listening.alive()) and not self._stopping:
                         listening = await self._listen(listening, wake, listens)
-                    claimed = await self._claim(free, claims)
+                    # each of these may wait for a connection a starved database has none of: a stop asked for
+                    # meanwhile is not kept waiting for one more
+                    claimed = await self._claim(free, claims) if not self._stopping else []
                 if claims.failing and not self._tasks:  # the database refuses us: give back what we hold, for others
                     listening = await self._give_back(listening)
                 for row in claimed:
@@ -230,7 +234,8 @@ class Worker:
             await asyncio.gather(*(t for t in list(_NOTES) if t.get_loop() is loop), return_exceptions=True)
             if listening is not None:
                 await listening.close()
-            await _quietly(self.queue._absent(self.name))
+            # only a courtesy (the row's hold expires by itself): a starved database does not hold the exit up
+            await _quietly(asyncio.wait_for(self.queue._absent(self.name), _ABSENT_SECONDS))
 
     # --- the loop's parts ------------------------------------------------------------------------------
 
